@@ -1,9 +1,169 @@
-"""Shard format section (placeholder while the full script is written)."""
+"""NanoGPT speedrun trainer: a clean-room implementation of the modded-nanogpt record
+"Flattened GPT forward, removed post-attention lambdas, added transpose kernels" (PR #233,
+https://github.com/KellerJordan/modded-nanogpt, 88.8 s to 3.28 FineWeb val loss on 8xH100).
+
+    torchrun --standalone --nproc_per_node=8 train_gpt.py          # the record (any world size dividing 8)
+    ./run.sh                                                       # same, on every visible GPU; tiny CPU demo without one
+    python3 train_gpt.py --device cpu --compile False ...          # smoke test (see run.sh for a tiny config)
+
+Every knob lives in `Hyperparameters` and can be set as `--name value` or `--name=value`.
+The script is importable: nothing runs until main(), so tests and data/ tools reuse its pieces.
+"""
+import copy
+import dataclasses
+import glob
+import math
 import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+PROCESS_START = time.time()  # for the startup-time report
+from ast import literal_eval
+from dataclasses import dataclass, field
 from pathlib import Path
 
+os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from kernels.polar_express import polar_express
+from kernels.relu_square import relu_square_mlp
+from kernels.softcapped_ce import softcapped_ce, softcapped_ce_backward, softcapped_ce_forward
+from kernels.transpose import transpose_add, transpose_copy
+
+# -----------------------------------------------------------------------------
+# Hyperparameters: every knob of the run. Defaults reproduce the record on 8xH100.
+
+@dataclass
+class Hyperparameters:
+    # data
+    train_files: str = "data/fineweb10B/fineweb_train_*.bin"
+    val_files: str = "data/fineweb10B/fineweb_val_*.bin"
+    val_tokens: int = 10_485_760  # fixed so that val losses compare across runs
+    vocab_size: int = 50257  # GPT-2; padded to a multiple of 128 in the model
+    bos_id: int = 50256  # document separator that starts every document
+    # schedule (in optimizer steps)
+    num_scheduled_steps: int = 1450  # steps over which the lr, window and batch schedules run
+    num_extension_steps: int = 40  # extra steps at the final lr and longer windows
+    cooldown_frac: float = 0.60  # lr decays linearly over this final fraction of scheduled steps...
+    final_lr_frac: float = 0.15  # ...down to this fraction of the stage lr
+    # three equal stages, then the extension stage; tokens are per micro-batch (8 micro-batches a step)
+    micro_batch_tokens: tuple = (8 * 2048, 16 * 2048, 24 * 2048)
+    stage_seq_lens: tuple = (896, 2048, 2048)  # documents are cut at this length
+    stage_lr_muls: tuple = (1.0, 1.52, 1.73)  # ~ (batch / first batch) ** 0.6 and ** 0.5
+    stage_windows: tuple = ((1, 3), (3, 7), (5, 11), (6, 13))  # (short, long) attention windows in blocks; last = extension
+    stage_mtp_weights: tuple = (((1.0, 0.5, 0.25), (1.0, 0.5, 0.0)), ((1.0, 0.5), (1.0, 0.0)), ((1.0,), (1.0,)))  # (start, end)
+    window_block: int = 128  # tokens per window block
+    final_long_window: int = 20  # long window (blocks) for the final validation, beyond training (YaRN extends)
+    # model
+    model_dim: int = 768
+    num_heads: int = 6
+    head_dim: int = 128
+    fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
+    # optimizer
+    adam_lr: float = 0.008
+    adam_eps: float = 1e-10
+    adam_wd: float = 0.005
+    muon_lr: float = 0.023
+    muon_wd: float = 1.2
+    muon_beta2: float = 0.95  # NorMuon second-moment decay
+    muon_momentum_min: float = 0.85
+    muon_momentum_max: float = 0.95
+    muon_momentum_warmup_steps: int = 300
+    muon_momentum_cooldown_steps: int = 50
+    # evaluation and logging
+    val_every: int = 250  # validate every N steps (0: only at the end); excluded from train time
+    val_micro_batch_tokens: int = 4 * 64 * 1024  # tokens per rank per validation forward
+    seed: int = 0
+    run_id: str = ""  # log file name under logs/; default: a fresh uuid
+    log_dir: str = "logs"
+    # runtime
+    device: str = "auto"  # auto | cuda | cpu
+    compile: bool = True  # torch.compile the model and optimizer math
+    warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
+
+
+def parse_args(argv: list[str]) -> Hyperparameters:
+    """Parse `--name value` / `--name=value` overrides of Hyperparameters, type-checked."""
+    args = Hyperparameters()
+    fields = {f.name: f for f in dataclasses.fields(Hyperparameters)}
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--"):
+            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value")
+        if "=" in token:
+            name, text = token[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(argv):
+                raise SystemExit(f"error: {token} needs a value")
+            name, text = token[2:], argv[i + 1]
+            i += 2
+        if name not in fields:
+            raise SystemExit(f"error: unknown setting --{name}; known settings: {', '.join(fields)}")
+        default = getattr(args, name)
+        if isinstance(default, str):
+            value = text
+        else:
+            try:
+                value = literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise SystemExit(f"error: --{name} {text!r} is not a valid {type(default).__name__}") from None
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            if isinstance(default, tuple) and isinstance(value, list):
+                value = tuple(value)
+            if type(value) is not type(default):
+                raise SystemExit(f"error: --{name} expects a {type(default).__name__}, got {text!r}")
+        setattr(args, name, value)
+    return args
+
+# -----------------------------------------------------------------------------
+# Distributed setup: one process per GPU under torchrun; a plain `python3` run is world size 1
+
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    device: torch.device
+    grad_accum_steps: int  # 8 // world_size micro-batches per rank keep the 8-GPU batch
+
+    @property
+    def is_master(self) -> bool:
+        return self.rank == 0
+
+
+def setup_runtime(args: Hyperparameters) -> Runtime:
+    rank = int(os.environ.get("RANK", 0))
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if 8 % world_size != 0:
+        raise SystemExit(f"error: world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
+                         "(gradient accumulation 8 // world_size keeps the record's batch)")
+    if args.device not in ("auto", "cuda", "cpu"):
+        raise SystemExit(f"error: --device must be auto, cuda or cpu, not {args.device!r}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda was requested but CUDA is not available "
+                         "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        if local_rank >= torch.cuda.device_count():
+            raise SystemExit(f"error: local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                             "start at most one process per GPU")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return Runtime(rank, world_size, device, 8 // world_size)
 
 # -----------------------------------------------------------------------------
 # Token shards: 256 int32 header [magic, version, num_tokens, 0...] then num_tokens uint16 tokens
@@ -68,3 +228,1096 @@ def write_shard(path, tokens) -> None:
         f.write(header.tobytes())
         f.write(tokens.astype("<u2").tobytes())
     os.replace(tmp, path)  # a crash never leaves a half-written shard under the real name
+
+# -----------------------------------------------------------------------------
+# Model: GPT-2-small-sized, one flattened forward over 11 layers with named layer roles
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int  # already padded to a multiple of 128
+    model_dim: int
+    num_heads: int
+    head_dim: int
+    max_seq_len: int  # longest packed micro-batch; sizes the rotary tables
+    attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
+    fp8_head: bool = False
+    num_layers: int = 11
+    # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
+    mlp_only_layer: int = 6
+    parallel_start: int = 7  # from here attention reads lane 0 and the MLP lane 1 (parallel residual lanes)
+    skip_from: int = 3  # the stream after this layer's attention is added back...
+    skip_to: int = 6  # ...before this layer, through a learned gate
+    backout_layer: int = 7  # this layer's output is partly subtracted before the head
+    value_embed_layers: tuple = (1, 2, 8, 9, 10)  # one value-embedding table each, in this order
+    paired_head_layers: tuple = (0, 2, 5, 9)
+    long_window_layers: tuple = (3, 10)  # the rest use the short window; these also get the key offset
+    gate_channels: int = 12  # gates read the first 12 channels of their input stream
+    # FP8 LM-head scales: inputs, weights and logit grads are divided by these before the e4m3/e5m2 cast
+    head_x_scale: float = 100 / 448
+    head_w_scale: float = 1.6 / 448
+    head_grad_scale: float = 0.75 / 448  # times the loss scale 1/grad_accum_steps
+    logit_cap: tuple = (23.0, 5.0, 7.5)  # logits -> A * sigmoid((z + B) / C)
+    loss_scale: float = 1.0  # the training loss is multiplied by this (1 / grad_accum_steps) before backward
+    eval_chunk: int = 32768  # rows of logits materialized at once during validation
+
+    def __post_init__(self):
+        L = self.num_layers
+        roles = [self.mlp_only_layer, self.parallel_start, self.skip_from, self.skip_to, self.backout_layer,
+                 *self.value_embed_layers, *self.paired_head_layers, *self.long_window_layers]
+        assert all(0 <= r < L for r in roles), f"a layer role lies outside 0..{L - 1}"
+        assert self.skip_from < self.skip_to and self.skip_from != self.mlp_only_layer
+        assert self.mlp_only_layer not in self.paired_head_layers + self.long_window_layers
+        assert not set(self.paired_head_layers) & set(self.long_window_layers), "key offset needs unpaired heads"
+        assert self.num_heads * self.head_dim == self.model_dim, "num_heads * head_dim must equal model_dim"
+        assert self.num_heads % 2 == 0, "paired-head attention needs an even number of heads"
+        assert self.head_dim % 4 == 0 and self.model_dim >= self.gate_channels
+
+    @property
+    def attn_layers(self) -> list[int]:
+        return [i for i in range(self.num_layers) if i != self.mlp_only_layer]
+
+    @property
+    def mlp_bank_layers(self) -> int:
+        # pad so the 2 matrices per layer split evenly over 8 ranks (11 layers -> 12)
+        return math.ceil(2 * self.num_layers / 8) * 4
+
+
+def norm(x: Tensor) -> Tensor:
+    return F.rms_norm(x, (x.size(-1),))
+
+
+class Rotary(nn.Module):
+    """Half-truncated RoPE (@YouJiacheng) with YaRN rescaling when the attention window grows.
+
+    Pairs of channels (2j, 2j+1) rotate by position * freq_j; the second half of the head has zero
+    frequency ("stationary" channels, used by the key offset). `paired` tables serve paired-head
+    attention, where a query vector of width 2*head_dim holds positions 2t and 2t+1.
+    """
+
+    def __init__(self, head_dim: int, max_seq_len: int, paired: bool):
+        super().__init__()
+        self.head_dim, self.max_seq_len, self.paired = head_dim, max_seq_len, paired
+        width = 2 * head_dim if paired else head_dim
+        self.register_buffer("cos", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
+        self.reset()
+
+    def reset(self):
+        quarter = self.head_dim // 4
+        freq = (1 / 1024) ** torch.linspace(0, 1, quarter, device=self.cos.device)
+        self.freq = torch.cat([freq.repeat_interleave(2), freq.new_zeros(2 * quarter)])  # (head_dim,)
+        self.attn_scale = 0.1  # softmax scale; learned-scale experiments by @leloykun and @brendanh0gan
+        self._fill_tables()
+
+    def extend(self, old_window: int, new_window: int, alpha: float = 1.0, beta: float = 32.0):
+        """YaRN: slow low frequencies by old/new, keep those that turn > beta times within the old window."""
+        turns = old_window * self.freq / (2 * math.pi)
+        keep = ((turns - alpha) / (beta - alpha)).clamp(0, 1)
+        ratio = old_window / new_window
+        self.freq = self.freq * (ratio + keep * (1 - ratio))
+        self.attn_scale *= 0.2 * math.log(new_window / old_window) + 1
+        self._fill_tables()
+
+    def _fill_tables(self):
+        t = torch.arange(self.max_seq_len, dtype=torch.float32, device=self.freq.device)
+        if self.paired:
+            theta = torch.cat([torch.outer(2 * t, self.freq), torch.outer(2 * t + 1, self.freq)], dim=-1)
+        else:
+            theta = torch.outer(t, self.freq)
+        sign = torch.ones_like(theta[0])
+        sign[0::2] = -1  # x'[2j] = x[2j] cos + x[2j+1] sin, x'[2j+1] = x[2j+1] cos - x[2j] sin
+        self.cos.copy_(theta.cos())
+        self.sin.copy_(-theta.sin() * sign)
+
+    def forward(self, x: Tensor) -> Tensor:  # x: (T, heads, width); position = row
+        T = x.size(0)
+        swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)
+        return x * self.cos[:T, None] + swapped * self.sin[:T, None]
+
+
+def _fa3_module():
+    try:
+        import flash_attn_interface  # FlashAttention 3 (Hopper), used when installed
+        return flash_attn_interface
+    except ImportError:
+        return None
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float,
+           window: int, backend: str) -> Tensor:
+    """Causal attention within documents and within `window` keys behind each query.
+
+    q, k, v: (T, heads, head_dim); cu_seqlens: (capacity,) int32 document starts, padded with T.
+    """
+    if backend == "fa3":
+        y = _fa3_module().flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
+                                                 max_seqlen_q=max_len, max_seqlen_k=max_len, softmax_scale=scale,
+                                                 causal=True, window_size=(window, 0))
+        return y[0] if isinstance(y, tuple) else y
+    if backend == "varlen":
+        from torch.nn.attention.varlen import varlen_attn
+        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, window_size=(window, 0))
+    # masked SDPA: the same function with an explicit (T, T) mask, for CPUs and tests
+    pos = torch.arange(q.size(0), device=q.device)
+    doc = torch.searchsorted(cu_seqlens[1:], pos.to(cu_seqlens.dtype), right=True)
+    behind = pos[:, None] - pos[None, :]
+    mask = (doc[:, None] == doc[None, :]) & (behind >= 0) & (behind <= window)
+    y = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
+                                       attn_mask=mask, scale=scale)
+    return y.transpose(0, 1)
+
+
+@dataclass(frozen=True)
+class ForwardSchedule:
+    """What changes over training: windows (tokens), the longest document, MTP weights."""
+    short_window: int
+    long_window: int
+    max_seq_len: int
+    mtp_weights: Tensor  # (K,) fp32 on device; loss weight of predicting token t+1+k
+
+
+# FP8 LM head fused with the soft-capped cross entropy (FP8 matmul by @YouJiacheng, transposed
+# head by @ChrisJMcCormick). Custom ops keep the Triton/cuBLASLt calls opaque to torch.compile.
+@torch.library.custom_op("nanogpt::head_loss", mutates_args=())
+def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, x_scale: float, w_scale: float,
+                 grad_scale: float, fp8: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """x: (T, D) bf16, w: (D, V) bf16 -> per-position losses (T,), lse (T,), logits (T, V) and the
+    FP8 operands kept for backward (empty when not fp8). grad_scale is used by the backward only."""
+    if fp8:
+        x8 = x.div(x_scale).to(torch.float8_e4m3fn)
+        w8 = w.div(w_scale).to(torch.float8_e4m3fn)
+        one = x.new_ones((), dtype=torch.float32)
+        logits = torch._scaled_mm(x8, w8.T.contiguous().T, scale_a=one * x_scale, scale_b=one * w_scale,
+                                  out_dtype=torch.bfloat16, use_fast_accum=True)
+    else:
+        x8, w8 = x.new_empty(0), x.new_empty(0)
+        logits = x @ w
+    losses, lse = softcapped_ce_forward(logits, targets, mtp_weights)
+    return losses, lse, logits, x8, w8
+
+
+@head_loss_op.register_fake
+def _(x, w, targets, mtp_weights, x_scale, w_scale, grad_scale, fp8):
+    T, V = x.size(0), w.size(1)
+    f8 = (lambda t: t.new_empty(t.shape, dtype=torch.float8_e4m3fn)) if fp8 else (lambda t: t.new_empty(0))
+    return (x.new_empty(T, dtype=torch.float32), x.new_empty(T, dtype=torch.float32),
+            x.new_empty(T, V), f8(x), f8(w))
+
+
+@torch.library.custom_op("nanogpt::head_loss_backward", mutates_args=())
+def head_loss_backward_op(grad_losses: Tensor, logits: Tensor, lse: Tensor, targets: Tensor, mtp_weights: Tensor,
+                          x_saved: Tensor, w_saved: Tensor, x_scale: float, w_scale: float, grad_scale: float,
+                          fp8: bool) -> tuple[Tensor, Tensor]:
+    if fp8:
+        g8 = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights,
+                                    grad_scale=grad_scale, out_dtype=torch.float8_e5m2)  # (T, V) = dlogits / grad_scale
+        one = g8.new_ones((), dtype=torch.float32)
+        grad_x = torch._scaled_mm(g8, w_saved.T, scale_a=one * grad_scale, scale_b=one * w_scale,
+                                  out_dtype=torch.bfloat16, use_fast_accum=False)
+        grad_w = torch._scaled_mm(x_saved.T.contiguous(), g8.T.contiguous().T, scale_a=one * x_scale,
+                                  scale_b=one * grad_scale, out_dtype=torch.float32, use_fast_accum=False)
+        return grad_x, grad_w.to(torch.bfloat16)
+    g = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, out_dtype=logits.dtype)
+    return g @ w_saved.T, x_saved.T @ g
+
+
+@head_loss_backward_op.register_fake
+def _(grad_losses, logits, lse, targets, mtp_weights, x_saved, w_saved, x_scale, w_scale, grad_scale, fp8):
+    T, V = logits.shape
+    D = x_saved.size(1)
+    return logits.new_empty(T, D), logits.new_empty(D, V)
+
+
+def _head_loss_setup(ctx, inputs, output):
+    x, w, targets, mtp_weights, x_scale, w_scale, grad_scale, fp8 = inputs
+    _, lse, logits, x8, w8 = output
+    ctx.save_for_backward(*((x8, w8) if fp8 else (x, w)), logits, lse, targets, mtp_weights)
+    ctx.scales = (x_scale, w_scale, grad_scale, fp8)
+
+
+def _head_loss_backward(ctx, grad_losses, *_):
+    x_saved, w_saved, logits, lse, targets, mtp_weights = ctx.saved_tensors
+    grad_x, grad_w = head_loss_backward_op(grad_losses.contiguous(), logits, lse, targets, mtp_weights,
+                                           x_saved, w_saved, *ctx.scales)
+    return grad_x, grad_w, None, None, None, None, None, None
+
+
+head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_setup)
+
+
+class GPT(nn.Module):
+    """All weights live in a few parameters; GPT.forward is one loop over layers (no Block classes).
+
+    Attention weights of all attention layers are one bank (n_attn, 4*D, D) = [Q; K; V; O] per layer and
+    MLP weights one bank (n_bank, 2, 4*D, D) = [W_in; W_out] (bank layout by @chrisjmccormick), so the
+    optimizer can shard whole matrices over ranks. Labels (parameter names) key the optimizer table.
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        D, H, V, L = cfg.model_dim, cfg.num_heads, cfg.vocab_size, cfg.num_layers
+        n_attn, n_ve, G = len(cfg.attn_layers), len(cfg.value_embed_layers), cfg.gate_channels
+        bf16 = dict(dtype=torch.bfloat16)
+        # Head stored transposed (D, V) for fast gradient accumulation; the input embedding is tied to
+        # it (kept equal to lm_head.T by the optimizer) until the untie step (@classiclarryd).
+        self.lm_head = nn.Parameter(torch.empty(D, V, **bf16).normal_(0, 0.005))
+        self.embed = nn.Parameter(self.lm_head.detach().T.contiguous())
+        # Value embeddings mixed into attention values (@KoszarskyB, @Grad62304977; arXiv 2410.17897)
+        self.value_embeds = nn.Parameter(0.01 * torch.randn(n_ve * V, D, **bf16))
+        # Hashed (previous, current) token bigram embedding, zero init
+        self.bigram_embed = nn.Parameter(torch.zeros(n_ve * V, D, **bf16))
+        bound = math.sqrt(3) * 0.5 * D ** -0.5  # uniform with std 0.5/sqrt(D) (@YouJiacheng, @srashedll)
+        self.attn_bank = nn.Parameter(torch.empty(n_attn, 4 * D, D, **bf16).uniform_(-bound, bound))
+        mlp_bank = torch.zeros(cfg.mlp_bank_layers, 2, 4 * D, D, **bf16)
+        mlp_bank[:, 0].uniform_(-bound, bound)  # output projections start at zero (@Grad62304977)
+        self.mlp_bank = nn.Parameter(mlp_bank)
+        # Gates read the first G channels of a stream; all start closed/neutral (zero weights)
+        self.smear_gate = nn.Parameter(torch.zeros(1, G, **bf16))  # 1-token look-back (@classiclarryd)
+        self.skip_gate = nn.Parameter(torch.zeros(1, G, **bf16))
+        self.attn_gate_bank = nn.Parameter(torch.zeros(n_attn, H, G, **bf16))  # per-head output gate
+        self.ve_gate_bank = nn.Parameter(torch.zeros(n_ve, H, G, **bf16))  # per-head value-embedding gate
+        # Learned scalars (fp32)
+        self.attn_lambdas = nn.Parameter(torch.tensor([[0.5, 1.0]]).repeat(n_attn, 1))  # (QKV, O) weight scales
+        self.resid_lambdas = nn.Parameter(torch.full((L, 2), 1.1 ** 0.5))  # per sublayer (attn, mlp)
+        post = torch.ones(L, 2, 2)  # [layer, attn/mlp, lane0/lane1] write scales
+        post[cfg.parallel_start:, 0, 1] = 1.5
+        self.post_lambdas = nn.Parameter(post)
+        self.x0_lambdas = nn.Parameter(torch.zeros(L))  # normed embedding re-injected after attention
+        self.bigram_lambdas = nn.Parameter(torch.full((L,), 0.05))
+        self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
+        self.rotary = Rotary(cfg.head_dim, cfg.max_seq_len, paired=False)
+        self.rotary_paired = Rotary(cfg.head_dim, cfg.max_seq_len, paired=True)
+
+    SCALARS = {"smear": 0, "backout": 1, "skip": 2}  # skip gate starts at sigmoid(-1.5) ~ 0.18
+
+    def muon_matrix_shapes(self) -> dict[str, tuple[int, int, int]]:
+        """How NorMuon sees each bank: a stack of matrices that ranks own whole."""
+        D = self.cfg.model_dim
+        return {"attn_bank": (4 * len(self.cfg.attn_layers), D, D), "mlp_bank": (2 * self.cfg.mlp_bank_layers, 4 * D, D)}
+
+    def muon_matrix_lr_muls(self) -> dict[str, list[float]]:
+        return {"mlp_bank": [1.0, 2.0] * self.cfg.mlp_bank_layers}  # MLP output projections get 2x lr
+
+    def reset_rotary(self):
+        self.rotary.reset()
+        self.rotary_paired.reset()
+
+    def extend_rotary(self, old_window: int, new_window: int):
+        self.rotary.extend(old_window, new_window)
+        self.rotary_paired.extend(old_window, new_window)
+
+    def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
+                sched: ForwardSchedule) -> Tensor:
+        """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32.
+        Training: returns the summed MTP loss over positions. Eval: the mean next-token loss."""
+        cfg = self.cfg
+        T, D, H, Dh, V, G = inputs.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.vocab_size, cfg.gate_channels
+        # Per-layer views of the banks and scalars, unbound once so that backward stacks them in
+        # one kernel instead of a select-backward per layer.
+        attn_w = dict(zip(cfg.attn_layers, self.attn_bank.unbind(0)))  # layer -> (4D, D)
+        attn_gate = dict(zip(cfg.attn_layers, self.attn_gate_bank.unbind(0)))  # layer -> (H, G)
+        attn_lam = dict(zip(cfg.attn_layers, self.attn_lambdas.bfloat16().unbind(0)))  # layer -> (2,)
+        mlp_in, mlp_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
+        mlp_in, mlp_out = mlp_in.unbind(0), mlp_out.unbind(0)
+        resid_attn, resid_mlp = self.resid_lambdas.bfloat16().unbind(1)
+        resid_attn, resid_mlp = resid_attn.unbind(0), resid_mlp.unbind(0)
+        post = self.post_lambdas.bfloat16().flatten(1).unbind(1)  # (attn->0, attn->1, mlp->0, mlp->1)
+        post_attn0, post_attn1, post_mlp0, post_mlp1 = (p.unbind(0) for p in post)
+        x0_lam = self.x0_lambdas.bfloat16().unbind(0)
+        bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
+        smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
+        ve_tables = self.value_embeds.view(len(cfg.value_embed_layers), V, D)[:, inputs].unbind(0)  # (T, D) each
+        value_embed = dict(zip(cfg.value_embed_layers, ve_tables))
+        ve_gate = dict(zip(cfg.value_embed_layers, self.ve_gate_bank.unbind(0)))
+
+        # Embedding; smear each token's embedding forward one position through a gate (@classiclarryd)
+        x = F.embedding(inputs, self.embed)  # (T, D)
+        smear = smear_lam * torch.sigmoid(F.linear(x[1:, :G], self.smear_gate))  # (T-1, 1)
+        x = torch.cat([x[:1], x[1:] + smear * x[:-1]])
+        x0 = norm(x)
+        bigram = F.embedding(bigram_inputs, self.bigram_embed)  # (T, D)
+
+        lane0, lane1 = x0 + bigram_lam[0] * bigram, None
+        skip = backout = None
+        for layer in range(cfg.num_layers):
+            if layer == cfg.parallel_start:
+                lane1 = lane0
+            if layer == cfg.skip_to:  # U-net style skip through a gate (@classiclarryd)
+                gate = torch.sigmoid(skip_lam) * 2 * torch.sigmoid(F.linear(x0[:, :G], self.skip_gate))
+                lane0 = lane0 + gate * skip
+                lane1 = None if lane1 is None else lane1 + gate * skip
+            if layer != cfg.mlp_only_layer:
+                paired = layer in cfg.paired_head_layers
+                long = layer in cfg.long_window_layers
+                y = self._attention(norm(lane0), attn_w[layer], attn_lam[layer], attn_gate[layer],
+                                    value_embed.get(layer), ve_gate.get(layer), cu_seqlens, sched,
+                                    window=sched.long_window if long else sched.short_window,
+                                    paired=paired, key_offset=long)
+                inject = x0_lam[layer] * x0 + (bigram_lam[layer] * bigram if layer > 0 else 0)
+                if lane1 is None:  # single lane: no post-attention lambda
+                    lane0 = resid_attn[layer] * lane0 + y + inject
+                else:
+                    lane0 = resid_attn[layer] * lane0 + post_attn0[layer] * y + inject
+                    lane1 = resid_attn[layer] * lane1 + post_attn1[layer] * y
+            if layer == cfg.skip_from:
+                skip = lane0
+            y = relu_square_mlp(norm(lane0 if lane1 is None else lane1), mlp_in[layer], mlp_out[layer])
+            lane0 = resid_mlp[layer] * lane0 + post_mlp0[layer] * y
+            if lane1 is not None:
+                lane1 = resid_mlp[layer] * lane1 + post_mlp1[layer] * y
+            if layer == cfg.backout_layer:
+                backout = lane0
+
+        x = lane0 if lane1 is None else (lane0 + lane1) * 0.5
+        x = norm(x - backout_lam * backout)  # drop what early layers kept only for context
+        A, B, C = cfg.logit_cap  # soft cap (Gemma 2; shifted sigmoid form by @YouJiacheng, @classiclarryd)
+        if self.training:
+            losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.head_x_scale, cfg.head_w_scale,
+                                  cfg.head_grad_scale * cfg.loss_scale, cfg.fp8_head)[0]
+            return losses.sum()
+        loss = x.new_zeros((), dtype=torch.float32)
+        for xc, tc in zip(x.split(cfg.eval_chunk), targets.split(cfg.eval_chunk)):  # bounds the logits' memory
+            logits = A * torch.sigmoid((xc @ self.lm_head + B) / C)
+            loss = loss + F.cross_entropy(logits.float(), tc, reduction="sum")
+        return loss / T
+
+    def _attention(self, x: Tensor, w: Tensor, lam: Tensor, out_gate_w: Tensor, ve: Tensor | None,
+                   ve_gate_w: Tensor | None, cu_seqlens: Tensor, sched: ForwardSchedule, window: int,
+                   paired: bool, key_offset: bool) -> Tensor:
+        """x: (T, D) normed stream; w: (4D, D) = [Q; K; V; O]; lam: (2,) scales of QKV and O."""
+        cfg = self.cfg
+        T, D, H, Dh, G = x.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.gate_channels
+        q, k, v = F.linear(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
+        q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
+        max_len = sched.max_seq_len if self.training else T
+        if paired:
+            # Paired heads: the (T, H*Dh) rows are re-read as (2T, H/2*Dh), so rows 2t and 2t+1 hold heads
+            # m and m + H/2 of token t and attend to each other's keys; rotary gives them positions 2t, 2t+1.
+            q = self.rotary_paired(q.reshape(T, H // 2, 2 * Dh)).view(2 * T, H // 2, Dh)
+            k = self.rotary_paired(k.reshape(T, H // 2, 2 * Dh)).view(2 * T, H // 2, Dh)
+            v = v.reshape(2 * T, H // 2, Dh)
+            if ve is not None:
+                gate = 2 * torch.sigmoid(F.linear(x[:, :G], ve_gate_w)).view(2 * T, H // 2, 1)
+                v = v + gate * ve.view(2 * T, H // 2, Dh)
+            cu_seqlens, max_len = 2 * cu_seqlens, 2 * max_len
+        else:
+            q, k = self.rotary(q), self.rotary(k)
+            if key_offset:  # stationary channels of each key see the previous token: 1-layer induction heads
+                k = torch.cat([k[:, :, :Dh // 2], torch.cat([k[:1, :, Dh // 2:], k[:-1, :, Dh // 2:]])], dim=-1)
+            if ve is not None:  # gate reads the stream and the value embedding (@photomz)
+                gate_in = torch.cat([x[:, :G // 2], ve[:, :G // 2]], dim=-1)
+                v = v + 2 * torch.sigmoid(F.linear(gate_in, ve_gate_w)).view(T, H, 1) * ve.view(T, H, Dh)
+        rot = self.rotary_paired if paired else self.rotary
+        y = attend(q, k, v, cu_seqlens, max_len, rot.attn_scale, window, cfg.attention).reshape(T, H, Dh)
+        y = y * torch.sigmoid(F.linear(x[:, :G], out_gate_w)).view(T, H, 1)  # sparse per-head gate (@classiclarryd)
+        return F.linear(y.reshape(T, D), lam[1] * w[3 * D:])
+
+
+# -----------------------------------------------------------------------------
+# Optimizer: NorMuon for the weight banks, Adam for everything else, with explicit sharded comms
+#
+# Contributors to the reference optimizer include @YouJiacheng, @KonstantinWilleke, @alexrgilbert,
+# @adricarda, @tuttyfrutyee, @vdlad, @ryanyang0, @vagrawal, @varunneal, @chrisjmccormick.
+
+@dataclass(frozen=True)
+class ParamRule:
+    optim: str  # "normuon" | "adam"
+    sharded: bool  # reduce-scatter grads, update a 1/world slice, all-gather (else all-reduce, update all)
+    betas: tuple = (0.9, 0.99)  # Adam only
+    lr_mul: float = 1.0
+    wd_mul: float = 1.0
+
+
+# Row order is the order in which gradient reductions are launched (largest first).
+PARAM_RULES = {
+    "attn_bank":      ParamRule("normuon", sharded=True),
+    "mlp_bank":       ParamRule("normuon", sharded=True),
+    "attn_lambdas":   ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=5.0, wd_mul=0.0),
+    "scalars":        ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=5.0, wd_mul=0.0),
+    "smear_gate":     ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=0.01, wd_mul=0.0),
+    "skip_gate":      ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=0.05, wd_mul=0.0),
+    "attn_gate_bank": ParamRule("adam", sharded=False, betas=(0.9, 0.99)),
+    "ve_gate_bank":   ParamRule("adam", sharded=False, betas=(0.9, 0.99)),
+    "lm_head":        ParamRule("adam", sharded=True, betas=(0.5, 0.95), wd_mul=150.0),
+    "bigram_embed":   ParamRule("adam", sharded=True, betas=(0.75, 0.95), lr_mul=75.0, wd_mul=5.0),
+    "post_lambdas":   ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
+    "x0_lambdas":     ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
+    "bigram_lambdas": ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
+    "resid_lambdas":  ParamRule("adam", sharded=False, betas=(0.9, 0.95), lr_mul=5.0, wd_mul=0.0),
+    "value_embeds":   ParamRule("adam", sharded=True, betas=(0.75, 0.95), lr_mul=75.0, wd_mul=5.0),
+    "embed":          ParamRule("adam", sharded=True, betas=(0.5, 0.95), wd_mul=150.0),
+}
+# Order of the update math: small params first while the big reductions are still in flight;
+# lm_head before embed (the tied embedding is copied from it); the banks last, to overlap most.
+WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank", "ve_gate_bank",
+              "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "value_embeds", "bigram_embed",
+              "lm_head", "embed", "attn_bank", "mlp_bank"]
+
+
+def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: float, beta2: float,
+                eps: float, step_size: Tensor, decay: Tensor):
+    """Adam with cautious weight decay: decay only where the update and the weight agree in sign.
+    step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t); decay = lr^2 * wd (0-D tensors: no recompiles)."""
+    g = g.float()
+    exp_avg.lerp_(g, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
+    update = update + p * ((update * p) > 0) * decay
+    p.sub_(update.to(p.dtype))
+
+
+def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: Tensor, beta2: float,
+                   lr: Tensor, decay: Tensor):
+    """NorMuon step on a stack of matrices (arXiv 2510.05491) with cautious weight decay.
+
+    v: (n, R, C) orthogonalized update; second_moment: (n, R, 1) or (n, 1, C) running mean of v^2 over
+    the longer side's complement; lr: (n, 1, 1) per-matrix lr; decay: wd * base lr (0-D).
+    The bf16 weights (p_bits, viewed as int16) plus their 16 lost mantissa bits form an exact fp32
+    master copy, so small updates are not rounded away.
+    """
+    v = v.float()
+    reduce_dim = -1 if v.size(-2) >= v.size(-1) else -2
+    v_sq = v.square().mean(dim=reduce_dim, keepdim=True)
+    second_moment.lerp_(v_sq, 1 - beta2)
+    scale = second_moment.clamp_min(1e-10).rsqrt()
+    # rescale so the normalized update keeps the Frobenius norm of v
+    old_norm_sq = v_sq.sum(dim=(-2, -1), keepdim=True)
+    new_norm_sq = (v_sq * scale.square()).sum(dim=(-2, -1), keepdim=True)
+    update = v * (scale * (old_norm_sq / new_norm_sq.clamp_min(1e-20)).sqrt())
+    bits = (p_bits.to(torch.int32) << 16) | (mantissa.to(torch.int32) & 0xFFFF)
+    p = bits.view(torch.float32)
+    p = p - p * ((update * p) >= 0) * decay * lr - update * lr
+    bits = p.view(torch.int32)
+    p_bits.copy_((bits >> 16).to(torch.int16))
+    mantissa.copy_(bits.to(torch.int16))
+
+
+class NorMuonAdam:
+    """One optimizer for all parameters, configured by PARAM_RULES (keyed by parameter name).
+
+    step() runs three phases: (1) launch every gradient reduction in PARAM_RULES order;
+    (2) in WORK_ORDER, wait for a reduction, update this rank's slice, launch its all-gather;
+    (3) wait for the gathers. World size 1 runs the same code with the collectives skipped.
+    Adam parameters step only on odd steps, accumulating two steps of gradients (@classiclarryd).
+    While tied, the embedding's gradient is folded into the (transposed) head's and the embedding
+    is rewritten from the head after each update.
+    """
+
+    def __init__(self, model: GPT, hp: Hyperparameters, rank: int, world_size: int, compile: bool):
+        self.hp, self.rank, self.world_size = hp, rank, world_size
+        self.params = dict(model.named_parameters())
+        assert set(self.params) == set(PARAM_RULES) == set(WORK_ORDER), "every parameter needs a PARAM_RULES row"
+        self.matrix_shapes = model.muon_matrix_shapes()
+        self.state: dict[str, dict] = {}
+        for name, p in self.params.items():
+            rule = PARAM_RULES[name]
+            shape = self.matrix_shapes[name] if rule.optim == "normuon" else p.shape
+            if rule.sharded and shape[0] % world_size:
+                raise ValueError(f"{name}: leading dim {shape[0]} does not split over {world_size} ranks")
+            rows = shape[0] // world_size if rule.sharded else shape[0]
+            shard_shape = (rows, *shape[1:])
+            if rule.optim == "adam":
+                self.state[name] = dict(step=0, exp_avg=torch.zeros(shard_shape, device=p.device),
+                                        exp_avg_sq=torch.zeros(shard_shape, device=p.device))
+            else:
+                n, R, C = shard_shape
+                lr_muls = torch.tensor(model.muon_matrix_lr_muls().get(name, [1.0] * shape[0]), device=p.device)
+                shape_mul = max(1.0, R / C) ** 0.5  # tall matrices get a larger step
+                self.state[name] = dict(
+                    momentum=torch.zeros(shard_shape, device=p.device),
+                    second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
+                    mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
+                    lr_muls=(shape_mul * lr_muls[rank * n:(rank + 1) * n]).view(n, 1, 1))
+        self.tied = True
+        maybe = (lambda f: torch.compile(f, dynamic=False, fullgraph=True)) if compile else (lambda f: f)
+        self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
+        self._polar_express = polar_express
+        # 0-D CPU tensors for per-step values, so compiled graphs do not specialize on them
+        self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "momentum", "lr")}
+
+    def _shard(self, name: str, t: Tensor) -> Tensor:
+        """This rank's rows of a full-size tensor (param or grad), in the view the rule optimizes."""
+        rule = PARAM_RULES[name]
+        if rule.optim == "normuon":
+            t = t.view(self.matrix_shapes[name])
+        if not rule.sharded:
+            return t
+        rows = t.size(0) // self.world_size
+        return t[self.rank * rows:(self.rank + 1) * rows]
+
+    def _launch_reduce(self, name: str, grad: Tensor):
+        """Start averaging `grad` over ranks; returns (work handle or None, the reduced shard)."""
+        rule = PARAM_RULES[name]
+        if rule.optim == "normuon":
+            grad = grad.view(self.matrix_shapes[name])
+        if self.world_size == 1:
+            return None, grad
+        if rule.sharded:
+            shard = torch.empty_like(grad[:grad.size(0) // self.world_size])
+            return dist.reduce_scatter_tensor(shard, grad, op=dist.ReduceOp.AVG, async_op=True), shard
+        return dist.all_reduce(grad, op=dist.ReduceOp.AVG, async_op=True), grad
+
+    def _launch_gather(self, name: str):
+        if self.world_size == 1 or not PARAM_RULES[name].sharded:
+            return None
+        full = self.params[name].data
+        if PARAM_RULES[name].optim == "normuon":
+            full = full.view(self.matrix_shapes[name])
+        return dist.all_gather_into_tensor(full, self._shard(name, full), async_op=True)
+
+    @torch.no_grad()
+    def step(self, lr_scale: float, muon_momentum: float, do_adam: bool):
+        """lr_scale: the schedule's multiplier on every base lr."""
+        active = [n for n in PARAM_RULES if (do_adam or PARAM_RULES[n].optim == "normuon")
+                  and not (self.tied and n == "embed")]
+        if self.tied and do_adam:  # the embedding's gradient belongs to the head while they are tied
+            transpose_add(self.params["embed"].grad, self.params["lm_head"].grad)
+        reductions = {n: self._launch_reduce(n, self.params[n].grad) for n in active}  # phase 1
+
+        gathers, head_gather = [], None
+        for name in (n for n in WORK_ORDER if n in reductions):  # phase 2
+            work, grad = reductions[name]
+            if work is not None:
+                work.wait()
+            if PARAM_RULES[name].optim == "adam":
+                self._adam_step(name, grad, lr_scale)
+            else:
+                self._normuon_step(name, grad, lr_scale, muon_momentum)
+            work = self._launch_gather(name)
+            if name == "lm_head":
+                head_gather = work
+            elif work is not None:
+                gathers.append(work)
+
+        if self.tied and do_adam:  # phase 3
+            if head_gather is not None:
+                head_gather.wait()
+            transpose_copy(self.params["lm_head"].data, self.params["embed"].data)
+        elif head_gather is not None:
+            gathers.append(head_gather)
+        for work in gathers:
+            work.wait()
+        for name, p in self.params.items():
+            if do_adam or PARAM_RULES[name].optim == "normuon":
+                p.grad = None  # Adam grads otherwise keep accumulating until the next odd step
+
+    def _adam_step(self, name: str, grad: Tensor, lr_scale: float):
+        rule, state = PARAM_RULES[name], self.state[name]
+        state["step"] += 1
+        beta1, beta2 = rule.betas
+        lr = self.hp.adam_lr * lr_scale * rule.lr_mul
+        self._scalar["step_size"].fill_(lr * (1 - beta2 ** state["step"]) ** 0.5 / (1 - beta1 ** state["step"]))
+        self._scalar["decay"].fill_(lr * lr * self.hp.adam_wd * rule.wd_mul)
+        self._adam_update(self._shard(name, self.params[name].data), grad, state["exp_avg"], state["exp_avg_sq"],
+                          beta1, beta2, self.hp.adam_eps, self._scalar["step_size"], self._scalar["decay"])
+
+    def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
+        state = self.state[name]
+        self._scalar["momentum"].fill_(muon_momentum)
+        v = self._polar_express(grad.float(), state["momentum"], self._scalar["momentum"])  # (n, R, C) bf16
+        lr = self.hp.muon_lr * lr_scale
+        self._scalar["lr"].fill_(lr)
+        self._scalar["decay"].fill_(self.hp.muon_wd * PARAM_RULES[name].wd_mul * lr)
+        self._normuon_update(self._shard(name, self.params[name].data).view(torch.int16),
+                             state["mantissa"].view(torch.int16), v, state["second_moment"], self.hp.muon_beta2,
+                             state["lr_muls"] * self._scalar["lr"], self._scalar["decay"])
+
+    @torch.no_grad()
+    def untie(self):
+        """Give the embedding its own Adam state: the head's, transposed (the shardings differ)."""
+        head, emb = self.state["lm_head"], self.state["embed"]
+        emb["step"] = head["step"]
+        for key in ("exp_avg", "exp_avg_sq"):
+            full = head[key]
+            if self.world_size > 1:
+                full = torch.empty(self.params["lm_head"].shape, device=full.device)
+                dist.all_gather_into_tensor(full, head[key].contiguous())
+            emb[key].copy_(self._shard("embed", full.T))
+        self.tied = False
+
+    def reset(self):
+        """Back to the freshly constructed state (after the compile warm-up)."""
+        for state in self.state.values():
+            for key, value in state.items():
+                if key == "step":
+                    state[key] = 0
+                elif key != "lr_muls":
+                    value.zero_()
+        self.tied = True
+
+    def state_dict(self) -> dict:
+        return dict(tied=self.tied, state=copy.deepcopy(self.state))
+
+    def load_state_dict(self, sd: dict):
+        self.tied = sd["tied"]
+        for name, state in sd["state"].items():
+            for key, value in state.items():
+                if isinstance(value, Tensor):
+                    self.state[name][key].copy_(value)
+                else:
+                    self.state[name][key] = value
+
+# -----------------------------------------------------------------------------
+# Data: BOS-aligned training micro-batches, contiguous validation tokens
+
+class DataError(RuntimeError):
+    """The data cannot feed the configured run (missing, too short, or exhausted)."""
+
+
+def find_shards(pattern: str, what: str) -> list[Path]:
+    files = sorted(Path(f) for f in glob.glob(pattern))
+    if not files:
+        raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
+                        f"or point --{what}_files at your .bin shards")
+    return files
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def bigram_hash(tokens: np.ndarray, table_size: int) -> np.ndarray:
+    """Row of the bigram table for each (previous, current) token pair; position 0 gets the spare last row.
+    Multipliers spread pairs over the table; pairs across document boundaries are hashed too."""
+    t = tokens.astype(np.int64)
+    out = np.empty_like(t)
+    out[0] = table_size - 1
+    out[1:] = ((36313 * t[1:]) ^ (27191 * t[:-1])) % (table_size - 1)
+    return out.astype(np.int32)
+
+
+@dataclass
+class MicroBatch:
+    inputs: Tensor  # (T,) int32
+    targets: Tensor  # (T,) int64, inputs shifted by one
+    cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
+    bigram: Tensor  # (T,) int32 rows of the bigram table
+
+
+class IndexedShard:
+    """A shard's tokens with the position of every BOS, loaded (optionally in a thread) and validated."""
+
+    def __init__(self, path: Path, bos_id: int, vocab_size: int):
+        self.path = path
+        self.tokens = load_shard(path).numpy()
+        if self.tokens.size and int(self.tokens.max()) >= vocab_size:
+            raise ShardError(f"{path}: token id {int(self.tokens.max())} >= vocab_size {vocab_size}; "
+                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+        self.bos = np.flatnonzero(self.tokens == bos_id)
+
+    @staticmethod
+    def load_async(path: Path, bos_id: int, vocab_size: int):
+        """Start loading in a background thread; returns a function that waits for the shard."""
+        box = {}
+
+        def work():
+            try:
+                box["shard"] = IndexedShard(path, bos_id, vocab_size)
+            except Exception as e:  # re-raised in the caller's thread
+                box["error"] = e
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+
+        def get() -> IndexedShard:
+            thread.join()
+            if "error" in box:
+                raise box["error"]
+            return box["shard"]
+        return get
+
+
+class CuSeqlensCapacity:
+    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
+
+    Sized from the data (the most documents that start in any window of the micro-batch's length,
+    plus a margin), never from a guessed median document length; if a batch still needs more
+    entries, the buffer grows (one recompile, logged) instead of failing.
+    """
+
+    def __init__(self, log=print):
+        self.capacity: dict[int, int] = {}
+        self.log = log
+
+    def fit(self, micro_tokens: int, bos: np.ndarray, needed: int) -> int:
+        if micro_tokens not in self.capacity:
+            ends = np.searchsorted(bos, bos + micro_tokens)
+            densest = int((ends - np.arange(len(bos))).max()) if len(bos) else 1
+            self.capacity[micro_tokens] = round_up(int(densest * 1.25) + 2, 128)
+        if needed > self.capacity[micro_tokens]:
+            self.capacity[micro_tokens] = round_up(needed, 128)
+            self.log(f"cu_seqlens capacity for {micro_tokens}-token micro-batches grown to "
+                     f"{self.capacity[micro_tokens]} (documents are shorter than sampled; one recompile)")
+        return self.capacity[micro_tokens]
+
+
+def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram_rows: int,
+                     device: torch.device) -> MicroBatch:
+    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T)."""
+    T = buf.size - 1
+    cu = np.full(capacity, T, dtype=np.int32)
+    cu[0] = 0
+    cu[1:seq_ends.size + 1] = seq_ends
+    inputs = buf[:-1].astype(np.int32)
+    pin = device.type == "cuda"
+
+    def to_device(a: np.ndarray) -> Tensor:
+        t = torch.from_numpy(a)
+        return t.pin_memory().to(device, non_blocking=True) if pin else t
+    return MicroBatch(to_device(inputs), to_device(buf[1:].astype(np.int64)), to_device(cu),
+                      to_device(bigram_hash(inputs, bigram_rows)))
+
+
+class TrainLoader:
+    """Each step cuts 8 micro-batches from the token stream, each T+1 tokens of whole-document starts:
+    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
+    document is skipped). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    any world size sees the same batches. The next shard loads in a background thread."""
+
+    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
+                 bigram_rows: int, capacity: CuSeqlensCapacity):
+        self.files = find_shards(pattern, "train")
+        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
+        self.bigram_rows, self.capacity = bigram_rows, capacity
+        self.next_file = 0
+        self.shard = self._open_next()()
+        self.doc = 0  # index into shard.bos of the next document to use
+        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
+
+    def _open_next(self):
+        if self.next_file >= len(self.files):
+            return None
+        get = IndexedShard.load_async(self.files[self.next_file], self.hp.bos_id, self.hp.vocab_size)
+        self.next_file += 1
+        return get
+
+    def next_step(self, micro_tokens: int, max_seq_len: int) -> list[MicroBatch]:
+        """This rank's micro-batches of the next step, in accumulation order."""
+        mine = []
+        for slot in range(8):
+            starts, lengths = self._cut(micro_tokens + 1, max_seq_len)
+            if slot % self.world_size == self.rank:
+                buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
+                seq_ends = np.cumsum(lengths)
+                seq_ends[-1] -= 1  # the final token is only a target
+                cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
+                mine.append(make_micro_batch(buf, seq_ends, cap, self.bigram_rows, self.device))
+        return mine
+
+    def _cut(self, need: int, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+        """Take documents from self.doc on until they hold `need` tokens; returns (starts, lengths)."""
+        while True:
+            bos, size = self.shard.bos, self.shard.tokens.size
+            starts = bos[self.doc:self.doc + need]  # each document gives >= 1 token, so `need` docs suffice
+            ends = np.append(bos[self.doc + 1:self.doc + need + 1], size)[:starts.size]
+            lengths = np.minimum(ends - starts, max_seq_len)
+            total = np.cumsum(lengths)
+            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
+            if k < total.size:
+                lengths = lengths[:k + 1].copy()
+                lengths[k] -= total[k] - need
+                self.doc += k + 1
+                return starts[:k + 1], lengths
+            self._advance_shard()
+
+    def _advance_shard(self):
+        if self._prefetch is None:
+            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
+                            f"{self.hp.train_files!r}; add shards or shorten the schedule")
+        self.shard, self.doc = self._prefetch(), 0
+        self._prefetch = self._open_next()
+
+
+class ValData:
+    """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
+    Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
+
+    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
+                 bigram_rows: int):
+        files = find_shards(pattern, "val")
+        T, per_step = hp.val_micro_batch_tokens, hp.val_micro_batch_tokens * world_size
+        if hp.val_tokens <= 0 or hp.val_tokens % per_step:
+            raise DataError(f"--val_tokens {hp.val_tokens} must be a positive multiple of val_micro_batch_tokens "
+                            f"x world size = {T} x {world_size} = {per_step}")
+        chunks, have = [], 0
+        for f in files:
+            if have > hp.val_tokens:
+                break
+            chunks.append(load_shard(f).numpy())
+            have += chunks[-1].size
+        if have < hp.val_tokens + 1:
+            raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
+                            f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
+                            "or add validation data")
+        tokens = np.concatenate(chunks)[:hp.val_tokens + 1]
+        if int(tokens.max()) >= hp.vocab_size:
+            raise DataError(f"validation data has token id {int(tokens.max())} >= vocab_size {hp.vocab_size}")
+        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
+        self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
+        self.bos_id = hp.bos_id
+        self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
+
+    def _seq_ends(self, i: int) -> np.ndarray:
+        inputs = self.tokens[i * self.T:(i + 1) * self.T]
+        starts = np.flatnonzero(inputs == self.bos_id)
+        return np.append(starts[starts > 0], self.T).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.my_batches)
+
+    def batch(self, j: int) -> MicroBatch:
+        i = self.my_batches[j]
+        return make_micro_batch(self.tokens[i * self.T:(i + 1) * self.T + 1], self._seq_ends(i), self.capacity,
+                                self.bigram_rows, self.device)
+
+# -----------------------------------------------------------------------------
+# Schedules: three equal stages of growing batch, sequence length and attention windows, then an
+# extension stage (@varunneal MTP schedule, @classiclarryd window/YaRN schedules)
+
+class Schedule:
+    def __init__(self, hp: Hyperparameters):
+        self.hp = hp
+        S = hp.num_scheduled_steps
+        self.total_steps = S + hp.num_extension_steps
+        # stage i covers steps [bounds[i], bounds[i + 1]); stage 3 is the extension
+        self.bounds = [0, round(S / 3), round(2 * S / 3), S, self.total_steps]
+        self.transition_steps = self.bounds[1:4]
+        self.split_step = self.bounds[2] | 1  # untie embedding and head at 2/3, on an odd (Adam) step
+        for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights"):
+            if len(getattr(hp, name)) != 3:
+                raise SystemExit(f"error: --{name} needs one entry per stage (3), got {getattr(hp, name)!r}")
+        if len(hp.stage_windows) != 4:
+            raise SystemExit("error: --stage_windows needs (short, long) for the 3 stages and the extension")
+        if S < 3:
+            raise SystemExit("error: --num_scheduled_steps must be at least 3 (one per stage)")
+
+    def stage(self, step: int) -> tuple[int, float]:
+        """(stage index, fraction of the way through it)."""
+        for i in range(4):
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            if step < hi:
+                return i, (step - lo) / (hi - lo)
+        return 3, 1.0
+
+    def micro_batch_tokens(self, step: int) -> int:
+        return self.hp.micro_batch_tokens[min(self.stage(step)[0], 2)]
+
+    def seq_len(self, step: int) -> int:
+        return self.hp.stage_seq_lens[min(self.stage(step)[0], 2)]
+
+    def windows(self, step: int) -> tuple[int, int]:
+        """(short, long) attention windows in blocks."""
+        return self.hp.stage_windows[self.stage(step)[0]]
+
+    def mtp_weights(self, step: int) -> list[float]:
+        i, frac = self.stage(step)
+        if i == 3:
+            return list(self.hp.stage_mtp_weights[2][1])
+        start, end = self.hp.stage_mtp_weights[i]
+        return [a + (b - a) * frac for a, b in zip(start, end)]
+
+    def lr_scale(self, step: int) -> float:
+        """Stage multiplier, then a linear cooldown to final_lr_frac over the last cooldown_frac."""
+        S, hp = self.hp.num_scheduled_steps, self.hp
+        lr = hp.stage_lr_muls[min(self.stage(step)[0], 2)]
+        cooldown_start = int(S * (1 - hp.cooldown_frac))
+        if step >= cooldown_start:
+            t = min(1.0, (step - cooldown_start) / max(1, S - cooldown_start))
+            lr = lr * (1 - t) + hp.final_lr_frac * t
+        return lr
+
+    def muon_momentum(self, step: int) -> float:
+        hp = self.hp
+        lo, hi = hp.muon_momentum_min, hp.muon_momentum_max
+        if step < hp.muon_momentum_warmup_steps:
+            return lo + (hi - lo) * step / hp.muon_momentum_warmup_steps
+        cooldown_start = self.total_steps - hp.muon_momentum_cooldown_steps
+        if step > cooldown_start:
+            return hi - (hi - lo) * (step - cooldown_start) / hp.muon_momentum_cooldown_steps
+        return hi
+
+# -----------------------------------------------------------------------------
+# Logging: the log file holds this script, the kernels, versions, nvidia-smi and the resolved config
+
+class Logger:
+    def __init__(self, hp: Hyperparameters, is_master: bool):
+        self.path = None
+        if is_master:
+            os.makedirs(hp.log_dir, exist_ok=True)
+            self.path = os.path.join(hp.log_dir, f"{hp.run_id}.txt")
+
+    def __call__(self, msg: str, console: bool = True):
+        if self.path is None:
+            return
+        if console:
+            print(msg, flush=True)
+        with open(self.path, "a") as f:
+            print(msg, file=f)
+
+    def record_environment(self, hp: Hyperparameters):
+        here = Path(__file__).resolve().parent
+        for path in [here / "train_gpt.py", *sorted((here / "kernels").glob("*.py"))]:
+            self(f"{'=' * 100}\n# {path.relative_to(here)}\n{path.read_text()}", console=False)
+        self("=" * 100, console=False)
+        self(f"Python {sys.version}\nPyTorch {torch.__version__} (CUDA {torch.version.cuda})", console=False)
+        try:
+            import triton
+            self(f"Triton {triton.__version__}", console=False)
+        except ImportError:
+            pass
+        if torch.cuda.is_available():
+            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
+            self(smi.stdout or smi.stderr, console=False)
+        self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(hp).items()))
+
+# -----------------------------------------------------------------------------
+# main: build, warm up (untimed), train, validate
+
+def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
+    if rt.device.type == "cuda":
+        attention = "fa3" if _fa3_module() is not None else "varlen"
+    else:
+        attention = "sdpa"
+    cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
+                    head_dim=hp.head_dim, max_seq_len=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
+                    attention=attention, fp8_head=hp.fp8_head and rt.device.type == "cuda",
+                    loss_scale=1 / rt.grad_accum_steps)
+    torch.manual_seed(hp.seed)
+    model = GPT(cfg).to(rt.device)
+    if rt.world_size > 1:
+        for p in model.parameters():
+            dist.broadcast(p.detach(), 0)
+    return model
+
+
+def main(argv: list[str] | None = None):
+    hp = parse_args(sys.argv[1:] if argv is None else argv)
+    rt = setup_runtime(hp)
+    if not hp.run_id:
+        box = [str(uuid.uuid4())]
+        if rt.world_size > 1:
+            dist.broadcast_object_list(box, 0)
+        hp.run_id = box[0]
+    log = Logger(hp, rt.is_master)
+    log(f"log: {log.path}")
+    log.record_environment(hp)
+    schedule = Schedule(hp)
+    model = build_model(hp, rt)
+    cfg = model.cfg
+    if rt.device.type != "cuda":
+        log("device cpu: attention uses masked SDPA, the LM head a bf16 matmul, kernels their PyTorch references")
+    else:
+        log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}")
+    if hp.compile:
+        torch._dynamo.config.recompile_limit = 64  # one graph per stage shape and window setting
+    forward = torch.compile(model, dynamic=False, fullgraph=True) if hp.compile else model
+    optimizer = NorMuonAdam(model, hp, rt.rank, rt.world_size, compile=hp.compile)
+    bigram_rows = model.bigram_embed.size(0)
+    capacity = CuSeqlensCapacity(log)
+    val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, bigram_rows)
+    mtp = [torch.tensor(schedule.mtp_weights(s), device=rt.device) for s in range(schedule.total_steps + 1)]
+    block = hp.window_block
+
+    def sync():
+        if rt.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def forward_schedule(step: int, final: bool = False) -> ForwardSchedule:
+        short, long = schedule.windows(step)
+        return ForwardSchedule(short * block, (hp.final_long_window if final else long) * block,
+                               schedule.seq_len(step), mtp[step])
+
+    window_state = {"long": schedule.windows(0)[1]}
+
+    def advance_windows(step: int):
+        """Grow the rotary tables (YaRN) when the long window grows."""
+        new = schedule.windows(step)[1]
+        if new != window_state["long"]:
+            model.extend_rotary(window_state["long"] * block, new * block)
+            window_state["long"] = new
+
+    def evaluate(sched: ForwardSchedule) -> Tensor:
+        model.eval()
+        with torch.no_grad():
+            total = sum(forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+                        for mb in map(val.batch, range(len(val))))
+        model.train()
+        loss = total / len(val)
+        if rt.world_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        return loss
+
+    def train_step(step: int, loader: TrainLoader):
+        sched = forward_schedule(step)
+        for mb in loader.next_step(schedule.micro_batch_tokens(step), schedule.seq_len(step)):
+            loss = forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * cfg.loss_scale
+            loss.backward()
+        optimizer.step(schedule.lr_scale(step), schedule.muon_momentum(step), do_adam=step % 2 == 1)
+        if step == schedule.split_step:
+            optimizer.untie()
+
+    def new_loader() -> TrainLoader:
+        return TrainLoader(hp.train_files, hp, rt.rank, rt.world_size, rt.device, bigram_rows, capacity)
+
+    # Untimed warm-up: compile every shape the run will see by running the first steps and the
+    # steps around each stage transition on real data (eval included), then restore the initial state.
+    if hp.warmup:
+        warm_steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
+                                      if 0 <= s + d < schedule.total_steps})
+        log(f"warm-up (untimed): compiling on steps {warm_steps}")
+        initial_state = copy.deepcopy(model.state_dict())
+        loader = new_loader()
+        for step in warm_steps:
+            advance_windows(step)
+            evaluate(forward_schedule(step))
+            train_step(step, loader)
+        del loader
+        model.zero_grad(set_to_none=True)
+        model.load_state_dict(initial_state)
+        optimizer.reset()
+        model.reset_rotary()
+        window_state["long"] = schedule.windows(0)[1]
+        sync()
+        log(f"warm-up done in {time.time() - PROCESS_START:.1f}s since process start")
+
+    loader = new_loader()
+    sync()
+    log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
+    train_ms, t0 = 0.0, time.perf_counter()
+    stage_ms = {}  # stage -> train ms spent in it (synced at stage boundaries)
+    stage_start_ms, stage_now = 0.0, 0
+    total = schedule.total_steps
+    for step in range(total + 1):
+        last = step == total
+        advance_windows(step)
+        stage = schedule.stage(step)[0] if not last else 4
+        if stage != stage_now:  # sync at stage boundaries only, to report ms/step per stage
+            sync()
+            now_ms = train_ms + 1000 * (time.perf_counter() - t0)
+            stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
+            stage_start_ms, stage_now = now_ms, stage
+        if last or (hp.val_every > 0 and step % hp.val_every == 0):
+            sync()
+            train_ms += 1000 * (time.perf_counter() - t0)
+            val_loss = evaluate(forward_schedule(step, final=last)).item()
+            log(f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{train_ms:.0f}ms "
+                f"step_avg:{train_ms / max(step, 1):.2f}ms")
+            sync()
+            t0 = time.perf_counter()
+        if last:
+            break
+        train_step(step, loader)
+        approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
+        log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
+            console=(step + 1) % 10 == 0 or step + 1 == total)
+
+    log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
+    if rt.device.type == "cuda":
+        log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
+            f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
+    if rt.world_size > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Benchmarks of the kernels package against PyTorch, on the shapes train_gpt.py uses.
+
+    python -m kernels.bench                      # every family
+    python -m kernels.bench --only symmetric     # one family (names: see FAMILIES at the bottom)
+    python -m kernels.bench --sweep              # also time candidate block configs (re-tuning the tables)
+
+Needs a CUDA GPU. Timing: triton.testing.do_bench, median of repeated calls. do_bench clears the
+L2 cache before every timed call, so each call reads its inputs cold from device memory and no
+input rotation is needed. Peaks are measured once at start: device-to-device copy bandwidth
+(bytes read + written) and an 8192³ bf16 matmul on random data.
+
+Metric conventions:
+  memory-bound ops: TB/s = (bytes read + bytes written) / time, each tensor counted once.
+  matmul-like ops: TFLOP/s of the dense product the op delivers (xxt: 2·M²·K per matrix, though
+  the triangle kernel performs only about half of those; ba_plus_caa: 2·M³; Polar Express: per
+  iteration 2·s²·l + 2·s³ + 2·s²·l for an (s x l) or (l x s) matrix, s the smaller side), so the
+  column compares directly with the baseline and "% peak" can exceed 100 for the triangle kernels.
+"""
+import argparse
+import datetime
+from dataclasses import dataclass
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
+from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
+                               xtx_triton, xxt_reference, xxt_triton)
+from kernels.transpose import (TRANSPOSE_CONFIGS, TRANSPOSE_GENERIC, TransposeConfig, transpose_add_reference,
+                               transpose_add_triton, transpose_copy_reference, transpose_copy_triton)
+
+
+DEVICE = "cuda"
+
+
+@dataclass(frozen=True)
+class Peaks:
+    copy_tb_s: float
+    matmul_tflop_s: float
+
+
+def time_ms(fn, rep_ms: int = 100) -> float:
+    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+
+
+def time_graph_ms(fn) -> float:
+    """Median time of fn captured in a CUDA graph: the GPU time without Python launch overhead."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # compile and warm the allocator outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return time_ms(graph.replay)
+
+
+def measure_peaks() -> Peaks:
+    src = torch.randn(2**28, device=DEVICE, dtype=torch.bfloat16)  # 512 MiB, far above L2
+    dst = torch.empty_like(src)
+    copy_tb_s = 2 * src.nbytes / time_ms(lambda: dst.copy_(src)) / 1e9
+    del src, dst
+    n = 8192
+    a, b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16), torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
+    out = torch.empty_like(a)
+    matmul_tflop_s = 2 * n**3 / time_ms(lambda: torch.matmul(a, b, out=out)) / 1e9
+    return Peaks(copy_tb_s, matmul_tflop_s)
+
+
+def print_table(title: str, headers: list[str], rows: list[list]):
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(headers) + " |")
+    print("|" + "|".join("---" for _ in headers) + "|")
+    for row in rows:
+        print("| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row) + " |")
+
+
+COMPARE_HEADERS = ["op", "shape", "ms", "torch ms", "speedup", "metric", "% peak"]
+
+
+def compare_row(op, shape, ms, torch_ms, amount, unit, peak) -> list:
+    """amount: bytes (unit 'TB/s') or FLOPs (unit 'TFLOP/s') the op is credited with."""
+    rate = amount / ms / 1e9
+    return [op, "x".join(map(str, shape)), ms, torch_ms, f"{torch_ms / ms:.2f}x", f"{rate:.2f} {unit}",
+            f"{100 * rate / peak:.0f}%"]
+
+
+# --- transpose -------------------------------------------------------------------------------
+# (op, src shape): copy runs LM head (768, 50304) -> embedding; add runs embedding grad -> LM head grad.
+TRANSPOSE_CASES = [("transpose_copy", (768, 50304)), ("transpose_add", (50304, 768))]
+
+
+def _transpose_inputs(shape):
+    src = torch.randn(shape, device=DEVICE, dtype=torch.bfloat16)
+    dst = torch.randn(shape[::-1], device=DEVICE, dtype=torch.bfloat16)
+    return src, dst
+
+
+def bench_transpose(peaks: Peaks):
+    # op -> (kernel, PyTorch baseline, tensors moved: copy reads src + writes dst, add also reads dst)
+    ops = {"transpose_copy": (transpose_copy_triton, transpose_copy_reference, 2),
+           "transpose_add": (transpose_add_triton, transpose_add_reference, 3)}
+    capability = torch.cuda.get_device_capability()
+    table_config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
+    one_per_tile = TransposeConfig(table_config.block_m, table_config.block_n, table_config.num_warps, ctas_per_sm=0)
+    rows = []
+    for op, shape in TRANSPOSE_CASES + [(op, shape[::-1]) for op, shape in TRANSPOSE_CASES]:
+        kernel, baseline, passes = ops[op]
+        src, dst = _transpose_inputs(shape)
+        amount = passes * src.nbytes
+        torch_ms = time_ms(lambda: baseline(src, dst))
+        rows.append(compare_row(op, shape, time_ms(lambda: kernel(src, dst)), torch_ms, amount, "TB/s", peaks.copy_tb_s))
+        rows.append(compare_row(op + " (1 program/tile)", shape, time_ms(lambda: kernel(src, dst, config=one_per_tile)),
+                                torch_ms, amount, "TB/s", peaks.copy_tb_s))
+    print_table(f"transpose, bf16 (table config {table_config})", COMPARE_HEADERS, rows)
+
+
+def _mark_fastest(rows: list[list], ms_column: int = 3) -> list[list]:
+    fastest = min(row[ms_column] for row in rows)
+    return [row[:2] + [row[2] + (" **fastest**" if row[ms_column] == fastest else "")] + row[3:] for row in rows]
+
+
+def sweep_transpose(peaks: Peaks):
+    rows = []
+    for op, shape in TRANSPOSE_CASES:
+        kernel = transpose_copy_triton if op == "transpose_copy" else transpose_add_triton
+        src, dst = _transpose_inputs(shape)
+        amount = (2 if op == "transpose_copy" else 3) * src.nbytes
+        case_rows = []
+        for block_m, block_n in [(64, 64), (64, 128), (128, 64), (32, 128)]:
+            for num_warps in (4, 8):
+                for ctas_per_sm in (0, 2, 4, 8):
+                    config = TransposeConfig(block_m, block_n, num_warps, ctas_per_sm)
+                    ms = time_ms(lambda: kernel(src, dst, config=config), rep_ms=40)
+                    case_rows.append([op, "x".join(map(str, shape)), f"{block_m}x{block_n} w{num_warps} c{ctas_per_sm}",
+                                      ms, f"{amount / ms / 1e9:.2f}"])
+        rows += _mark_fastest(case_rows)
+    print_table("transpose sweep (c0 = one program per tile)", ["op", "shape", "config", "ms", "TB/s"], rows)
+
+
+# --- symmetric -------------------------------------------------------------------------------
+# (op, X shape) as Polar Express calls them: 8-GPU shards (5 attn, 3 MLP matrices per rank) and
+# 1-GPU whole banks (40, 24); ba_plus_caa acts on the 768 x 768 Gram matrices of both.
+SYMMETRIC_CASES = [("xxt", (5, 768, 768)), ("xxt", (40, 768, 768)), ("xtx", (3, 3072, 768)),
+                   ("xtx", (24, 3072, 768)), ("ba_plus_caa", (5, 768, 768)), ("ba_plus_caa", (40, 768, 768)),
+                   ("ba_plus_caa", (3, 768, 768)), ("ba_plus_caa", (24, 768, 768))]
+_B, _C = POLAR_EXPRESS_COEFFS[1].b, POLAR_EXPRESS_COEFFS[1].c
+
+
+def _symmetric_case(op, shape):
+    """(kernel(config), torch baseline, dense FLOPs) for one case, inputs already allocated."""
+    X = torch.randn(shape, device=DEVICE, dtype=torch.bfloat16) / shape[-1] ** 0.5
+    batch, rows, cols = shape
+    if op == "xxt":
+        out = X.new_empty(batch, rows, rows)
+        return (lambda config=None: xxt_triton(X, out, config=config),
+                lambda: xxt_reference(X, out), 2 * batch * rows * rows * cols)
+    if op == "xtx":
+        out = X.new_empty(batch, cols, cols)
+        return (lambda config=None: xtx_triton(X, out, config=config),
+                lambda: xtx_reference(X, out), 2 * batch * cols * cols * rows)
+    A = X + X.mT  # symmetric
+    out = torch.empty_like(A)
+    return (lambda config=None: ba_plus_caa_triton(A, _B, _C, out, config=config),
+            lambda: ba_plus_caa_reference(A, _B, _C, out), 2 * batch * rows**3)
+
+
+def bench_symmetric(peaks: Peaks):
+    rows = []
+    for op, shape in SYMMETRIC_CASES:
+        kernel, baseline, flops = _symmetric_case(op, shape)
+        rows.append(compare_row(op, shape, time_ms(kernel), time_ms(baseline), flops, "TFLOP/s", peaks.matmul_tflop_s))
+    print_table("symmetric, bf16 (torch: full matmul / baddbmm; FLOPs of the dense product)", COMPARE_HEADERS, rows)
+
+
+SYRK_CANDIDATES = [SyrkConfig(64, 32, 4, 4), SyrkConfig(64, 64, 4, 3), SyrkConfig(64, 64, 4, 4),
+                   SyrkConfig(64, 128, 4, 3), SyrkConfig(64, 64, 8, 3), SyrkConfig(128, 32, 8, 4),
+                   SyrkConfig(128, 64, 8, 3), SyrkConfig(128, 64, 8, 4), SyrkConfig(128, 128, 8, 3)]
+
+
+def sweep_symmetric(peaks: Peaks):
+    rows = []
+    for op, shape in SYMMETRIC_CASES:
+        kernel, _, flops = _symmetric_case(op, shape)
+        size, K = (shape[2], shape[1]) if op == "xtx" else (shape[1], shape[2])
+        table = syrk_config(torch.device(DEVICE), shape[0], size, K)
+        case_rows = []
+        for config in SYRK_CANDIDATES:
+            ms = time_ms(lambda: kernel(config), rep_ms=40)
+            mark = " (table)" if config == table else ""
+            case_rows.append([op, "x".join(map(str, shape)),
+                              f"b{config.block} k{config.block_k} w{config.num_warps} s{config.num_stages}{mark}",
+                              ms, f"{flops / ms / 1e9:.0f}"])
+        rows += _mark_fastest(case_rows)
+    print_table("symmetric sweep", ["op", "shape", "config", "ms", "TFLOP/s"], rows)
+
+
+# --- polar_express ---------------------------------------------------------------------------
+POLAR_EXPRESS_SHAPES = [(5, 768, 768), (3, 3072, 768), (40, 768, 768), (24, 3072, 768)]
+
+
+def bench_polar_express(peaks: Peaks):
+    rows = []
+    for shape in POLAR_EXPRESS_SHAPES:
+        grad = torch.randn(shape, device=DEVICE)
+        buffer = torch.randn(shape, device=DEVICE)
+        small, large = min(shape[1:]), max(shape[1:])
+        flops = shape[0] * len(POLAR_EXPRESS_COEFFS) * (4 * small**2 * large + 2 * small**3)
+        ms = time_ms(lambda: polar_express(grad, buffer, 0.95))
+        torch_ms = time_ms(lambda: polar_express_reference(grad, buffer, 0.95, dtype=torch.bfloat16))
+        row = compare_row("polar_express", shape, ms, torch_ms, flops, "TFLOP/s", peaks.matmul_tflop_s)
+        row.insert(4, time_graph_ms(lambda: polar_express(grad, buffer, 0.95)))
+        rows.append(row)
+    headers = COMPARE_HEADERS[:4] + ["graph ms"] + COMPARE_HEADERS[4:]
+    print_table("polar_express: momentum + 5 bf16 iterations (torch: same math, eager bf16 matmuls; "
+                "graph ms: ours replayed in a CUDA graph, no launch overhead)", headers, rows)
+
+
+# --- main --------------------------------------------------------------------------------------
+# name -> (benchmark, optional config sweep). New families add a line here.
+FAMILIES = {
+    "transpose": (bench_transpose, sweep_transpose),
+    "symmetric": (bench_symmetric, sweep_symmetric),
+    "polar_express": (bench_polar_express, None),
+}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=sorted(FAMILIES), help="benchmark one family")
+    parser.add_argument("--sweep", action="store_true", help="also time candidate block configs")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.bench needs a CUDA GPU (the Triton interpreter is far too slow to time)")
+    torch.manual_seed(0)
+    peaks = measure_peaks()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | triton {triton.__version__} | "
+          f"{datetime.date.today()}\n"
+          f"measured peaks: copy {peaks.copy_tb_s:.2f} TB/s (read + write), bf16 matmul {peaks.matmul_tflop_s:.0f} TFLOP/s")
+    for name, (bench, sweep) in FAMILIES.items():
+        if args.only in (None, name):
+            bench(peaks)
+            if args.sweep and sweep is not None:
+                sweep(peaks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""The MLP, relu(x @ w_fcᵀ)² @ w_proj, with ReLU² fused into the first matmul's epilogue.
+
+Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanogpt
+(https://github.com/KellerJordan/modded-nanogpt); this is an independent implementation.
+
+    forward   post  = relu(x @ w_fcᵀ)²                 (T, H)  Triton, one pass, writes only post
+              out   = post @ w_proj                     (T, D)  cuBLAS
+    backward  d_pre = (g @ w_projᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
+              dW_proj = postᵀ g,  dW_fc = d_preᵀ x,  dx = d_pre w_fc      cuBLAS
+
+Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
+error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
+epilogue's writes and the activation memory against saving both pre and post.
+
+The kernel is persistent (one program per SM walking output tiles) and moves tiles with TMA tensor
+descriptors; the descriptor kernel also runs under the Triton interpreter, which is how the tests
+check it on the CPU.
+"""
+import functools
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+# -----------------------------------------------------------------------------
+# Triton kernel
+
+@triton.jit
+def _relu_square_epilogue(acc, out_desc, post_desc, off_m, off_n, BACKWARD: tl.constexpr):
+    """Store one (BLOCK_M, BLOCK_N/2) fp32 accumulator tile after applying ReLU² or its derivative."""
+    if BACKWARD:
+        relu_pre = tl.sqrt(post_desc.load([off_m, off_n]).to(tl.float32))
+        out = acc * (2.0 * relu_pre)  # d_pre = d_post · 2·relu(pre)
+    else:
+        relu_pre = tl.maximum(acc, 0.0)
+        out = relu_pre * relu_pre
+    out_desc.store([off_m, off_n], out.to(out_desc.dtype))
+
+
+@triton.jit
+def _matmul_relu_square_kernel(
+    a_desc, b_desc,  # A (M, K), B (N, K): the kernel computes acc = A @ Bᵀ
+    out_desc,        # (M, N) output: relu(acc)² forward, acc·2·sqrt(post) backward
+    post_desc,       # (M, N) the forward's output, read in the backward only
+    M, N, K, num_programs,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
+):
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tiles_n
+    # Row-major tile order: programs running together share rows of A, and B (at most 3072 x 768 here,
+    # 4.7 MB in bf16) stays in L2 anyway, so no grouped ordering is needed. flatten=True lets the
+    # compiler pipeline the next tile's loads under this tile's epilogue.
+    for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True):
+        off_m = (tile // tiles_n) * BLOCK_M
+        off_n = (tile % tiles_n) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for off_k in range(0, K, BLOCK_K):  # TMA zero-fills past K, M and N
+            acc = tl.dot(a_desc.load([off_m, off_k]), b_desc.load([off_n, off_k]).T, acc)
+        # Store in two column halves: staging half a tile in shared memory leaves room for more
+        # mainloop stages.
+        left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+        _relu_square_epilogue(left, out_desc, post_desc, off_m, off_n, BACKWARD)
+        _relu_square_epilogue(right, out_desc, post_desc, off_m, off_n + BLOCK_N // 2, BACKWARD)
+
+
+# -----------------------------------------------------------------------------
+# Launch configuration
+
+# (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) by (compute capability major, pass). Tuned on
+# one H100 for x (16384..49152, 768) @ (3072, 768)ᵀ (kernels/bench.py sweeps the candidates). The
+# backward stages its post tile too, so it gets one stage less. Other GPUs and the CPU interpreter
+# take GENERIC_MLP_CONFIG.
+MLP_CONFIGS = {
+    (9, "forward"): (128, 256, 64, 4, 8),
+    (9, "backward"): (128, 256, 64, 3, 8),
+}
+GENERIC_MLP_CONFIG = (128, 128, 64, 3, 4)
+
+
+def _mlp_config(device: torch.device, direction: str):
+    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
+    return MLP_CONFIGS.get((major, direction), GENERIC_MLP_CONFIG)
+
+
+@functools.cache
+def _num_programs(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4  # interpreter: a few programs, so that each walks several tiles as on the GPU
+
+
+# -----------------------------------------------------------------------------
+# Host wrapper, autograd Function, reference
+
+def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tensor | None = None):
+    """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post)."""
+    assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1], f"need a (M, K), b (N, K); got {tuple(a.shape)}, {tuple(b.shape)}"
+    assert a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous(), "a and b must be contiguous and share a dtype"
+    (M, K), N = a.shape, b.shape[0]
+    assert (K * a.element_size()) % 16 == 0 and (N * a.element_size()) % 16 == 0, "TMA needs rows of a multiple of 16 bytes"
+    backward = post is not None
+    if backward:
+        assert post.shape == (M, N) and post.dtype == a.dtype and post.is_contiguous(), "post must be the forward's (M, N) output"
+    out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    block_m, block_n, block_k, num_stages, num_warps = _mlp_config(a.device, "backward" if backward else "forward")
+    out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
+    post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
+    num_programs = min(_num_programs(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
+    _matmul_relu_square_kernel[(num_programs,)](
+        TensorDescriptor.from_tensor(a, [block_m, block_k]), TensorDescriptor.from_tensor(b, [block_n, block_k]),
+        out_desc, post_desc, M, N, K, num_programs,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward,
+        num_stages=num_stages, num_warps=num_warps,
+    )
+    return out
+
+
+class _ReluSquareMLP(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w_fc, w_proj):
+        x2d = x.reshape(-1, x.shape[-1]).contiguous()  # (T, D)
+        post = matmul_relu_square_triton(x2d, w_fc)    # (T, H)
+        ctx.save_for_backward(x2d, w_fc, w_proj, post)
+        return (post @ w_proj).view(x.shape)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x2d, w_fc, w_proj, post = ctx.saved_tensors
+        g = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()  # (T, D)
+        d_pre = matmul_relu_square_triton(g, w_proj, post=post)    # (T, H)
+        return (d_pre @ w_fc).view(grad_out.shape), d_pre.T @ x2d, post.T @ g
+
+
+def relu_square_mlp_triton(x, w_fc, w_proj):
+    """relu(x @ w_fcᵀ)² @ w_proj through the fused kernel; x (..., D), w_fc and w_proj (H, D)."""
+    return _ReluSquareMLP.apply(x, w_fc, w_proj)
+
+
+def relu_square_mlp_reference(x, w_fc, w_proj):
+    return torch.relu(x @ w_fc.T).square() @ w_proj
+
+
+def relu_square_mlp(x, w_fc, w_proj):
+    """The MLP: x (..., D) -> (..., D); CUDA runs the fused kernel, CPU the reference."""
+    fn = relu_square_mlp_triton if x.is_cuda else relu_square_mlp_reference
+    return fn(x, w_fc, w_proj)

@@ -1,0 +1,120 @@
+"""Transpose-copy and transpose-add: keep the tied token embedding (V, D) and the transposed LM
+head (D, V) in sync (V = 50304, D = 768).
+
+Provenance: the idea of dedicated tiled transpose kernels for the tied embedding comes from
+modded-nanogpt PR #233 (https://github.com/KellerJordan/modded-nanogpt/pull/233); this code is
+written from scratch.
+
+Why not `dst.copy_(src.T)`: PyTorch's elementwise kernel walks dst in order, so it reads src with
+a stride of a whole row, and it launches one block per few elements, filling every SM while the
+optimizer's NCCL collectives need some. Here each program loads a (BLOCK_M, BLOCK_N) tile of src
+with row-contiguous reads, Triton transposes it through shared memory, and it is stored with
+row-contiguous writes into dst. The grid is persistent (a few programs per SM, each looping over
+tiles) so that the kernel leaves room for communication kernels running beside it.
+"""
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class TransposeConfig:
+    block_m: int      # src rows per tile = contiguous elements per dst row segment
+    block_n: int      # src columns per tile = contiguous elements per src row segment
+    num_warps: int
+    ctas_per_sm: int  # persistent grid size = ctas_per_sm * SMs; 0 launches one program per tile
+
+
+# Tile configs keyed by CUDA compute capability; anything else (other GPUs, the CPU interpreter)
+# uses TRANSPOSE_GENERIC. Tuning note: chosen on one H100 SXM with `python -m kernels.bench
+# --sweep` at (768, 50304) bf16, the shape the training script uses (see records/kernels-*.md).
+TRANSPOSE_CONFIGS = {
+    (9, 0): TransposeConfig(block_m=64, block_n=128, num_warps=8, ctas_per_sm=4),
+}
+# 64-element segments are >= 128 bytes for bf16 and fp32, a full cache line either way.
+TRANSPOSE_GENERIC = TransposeConfig(block_m=64, block_n=64, num_warps=4, ctas_per_sm=4)
+
+
+@triton.jit
+def _transpose_kernel(
+    src_ptr, dst_ptr,          # src (M, N), dst (N, M), both with inner stride 1
+    M, N,
+    src_row_stride, dst_row_stride,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    ACCUMULATE: tl.constexpr,  # False: dst = src^T; True: dst += src^T
+):
+    """Program p handles tiles p, p + P, p + 2P, ... of src, numbered row-major."""
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tiles_n
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        offs_m = (tile // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+        offs_n = (tile % tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)   # (BLOCK_N,)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)          # (BLOCK_M, BLOCK_N)
+        # int64 row offsets: M * N may exceed 2^31 elements for other callers.
+        src_ptrs = src_ptr + offs_m[:, None].to(tl.int64) * src_row_stride + offs_n[None, :]
+        # Element (m, n) of the tile goes to dst[n, m]: these pointers run contiguously down
+        # the tile's columns, so Triton re-lays the tile out (through shared memory) before
+        # the store, and the stores are as coalesced as the loads.
+        dst_ptrs = dst_ptr + offs_n[None, :].to(tl.int64) * dst_row_stride + offs_m[:, None]
+        tile_vals = tl.load(src_ptrs, mask=mask)
+        if ACCUMULATE:
+            summed = tile_vals.to(tl.float32) + tl.load(dst_ptrs, mask=mask).to(tl.float32)
+            tile_vals = summed.to(dst_ptr.dtype.element_ty)
+        tl.store(dst_ptrs, tile_vals, mask=mask)
+
+
+def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
+                      config: TransposeConfig | None) -> torch.Tensor:
+    assert src.ndim == 2, f"src must be 2-D (M, N), got shape {tuple(src.shape)}"
+    M, N = src.shape
+    assert dst.shape == (N, M), f"dst must be (N, M) = {(N, M)} for src {(M, N)}, got {tuple(dst.shape)}"
+    assert src.dtype == dst.dtype, f"dtype mismatch: src {src.dtype}, dst {dst.dtype}"
+    assert src.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported dtype {src.dtype}"
+    assert src.device == dst.device, f"device mismatch: src {src.device}, dst {dst.device}"
+    assert src.is_contiguous() and dst.is_contiguous(), "src and dst must be contiguous"
+    if src.numel() == 0:
+        return dst
+    if config is None:
+        capability = torch.cuda.get_device_capability(src.device) if src.is_cuda else None
+        config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
+    num_tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
+    grid_size = num_tiles
+    if config.ctas_per_sm:
+        sms = torch.cuda.get_device_properties(src.device).multi_processor_count if src.is_cuda else 1
+        grid_size = min(num_tiles, config.ctas_per_sm * sms)
+    _transpose_kernel[(grid_size,)](
+        src, dst, M, N, src.stride(0), dst.stride(0),
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, ACCUMULATE=accumulate,
+        num_warps=config.num_warps,
+    )
+    return dst
+
+
+def transpose_copy_triton(src: torch.Tensor, dst: torch.Tensor, config: TransposeConfig | None = None) -> torch.Tensor:
+    """dst (N, M) = src (M, N)^T with the Triton kernel; `config` overrides the table (benchmarks)."""
+    return _launch_transpose(src, dst, accumulate=False, config=config)
+
+
+def transpose_add_triton(src: torch.Tensor, dst: torch.Tensor, config: TransposeConfig | None = None) -> torch.Tensor:
+    """dst (N, M) += src (M, N)^T with the Triton kernel (sum in fp32, rounded once)."""
+    return _launch_transpose(src, dst, accumulate=True, config=config)
+
+
+def transpose_copy_reference(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    return dst.copy_(src.T)
+
+
+def transpose_add_reference(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    return dst.add_(src.T)
+
+
+def transpose_copy(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """dst = src^T: Triton for CUDA tensors, PyTorch for CPU tensors."""
+    return transpose_copy_triton(src, dst) if src.is_cuda else transpose_copy_reference(src, dst)
+
+
+def transpose_add(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """dst += src^T: Triton for CUDA tensors, PyTorch for CPU tensors."""
+    return transpose_add_triton(src, dst) if src.is_cuda else transpose_add_reference(src, dst)

@@ -1,0 +1,84 @@
+"""kernels/transpose.py: Triton transpose-copy / transpose-add against PyTorch.
+
+Run: python -m pytest -q tests/test_transpose.py   (CPU: Triton interpreter; GPU: compiled kernels)
+"""
+import pytest
+import torch
+
+from kernels.transpose import (TransposeConfig, transpose_add, transpose_add_reference, transpose_add_triton,
+                               transpose_copy, transpose_copy_reference, transpose_copy_triton)
+from tests.utils import DEVICE, HAS_CUDA, assert_close
+
+GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16; real shapes are slow)")
+
+# (dtype, atol, rtol) for transpose_add, whose fp32 sum is rounded once to dtype (half an ulp:
+# 2^-24, 2^-11, 2^-8 relative). transpose_copy must be bit-exact for every dtype.
+DTYPES = [
+    pytest.param((torch.float32, 1e-6, 1e-6), id="fp32"),
+    pytest.param((torch.float16, 1e-3, 1e-3), id="fp16"),
+    pytest.param((torch.bfloat16, 1e-2, 1e-2), id="bf16", marks=GPU_ONLY),
+]
+SHAPES = [
+    (37, 1001), (1, 1), (129, 65), (1, 300), (300, 1),
+    pytest.param((768, 50304), marks=GPU_ONLY, id="lm_head"),  # LM head (D, V) -> embedding (V, D)
+    pytest.param((50304, 768), marks=GPU_ONLY, id="embed"),    # embedding grad -> LM head grad
+]
+
+
+def _poisoned(shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+@pytest.mark.parametrize("case", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_transpose_copy(shape, case):
+    dtype, _, _ = case
+    src = torch.randn(shape, device=DEVICE).to(dtype)
+    dst = _poisoned(shape[::-1], dtype)
+    transpose_copy_triton(src, dst)
+    assert_close(dst, src.T, atol=0, rtol=0, name="transpose_copy")
+
+
+@pytest.mark.parametrize("case", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_transpose_add(shape, case):
+    dtype, atol, rtol = case
+    src = torch.randn(shape, device=DEVICE).to(dtype)
+    dst = torch.randn(shape[::-1], device=DEVICE).to(dtype)
+    expected = dst.double() + src.T.double()
+    transpose_add_triton(src, dst)
+    assert_close(dst, expected, atol=atol, rtol=rtol, name="transpose_add")
+
+
+@pytest.mark.parametrize("config", [
+    TransposeConfig(block_m=32, block_n=64, num_warps=4, ctas_per_sm=0),  # one program per tile
+    TransposeConfig(block_m=16, block_n=32, num_warps=2, ctas_per_sm=1),  # few programs, many tiles each
+], ids=["grid_per_tile", "persistent"])
+def test_grid_variants(config):
+    """Both grid modes cover every tile, including ragged edge tiles."""
+    src = torch.randn(70, 130, device=DEVICE)
+    dst = _poisoned((130, 70), src.dtype)
+    transpose_copy_triton(src, dst, config=config)
+    assert_close(dst, src.T, atol=0, rtol=0, name="transpose_copy")
+    expected = dst.double() + src.T.double()
+    transpose_add_triton(src, dst, config=config)
+    assert_close(dst, expected, atol=1e-6, rtol=1e-6, name="transpose_add")
+
+
+def test_cpu_dispatch_uses_reference():
+    src, dst = torch.randn(5, 7), torch.randn(7, 5)
+    expected = transpose_add_reference(src, dst.clone())
+    assert torch.equal(transpose_add(src, dst), expected)
+    assert torch.equal(transpose_copy(src, dst), transpose_copy_reference(src, torch.empty(7, 5)))
+
+
+@pytest.mark.parametrize("src_shape, dst_shape, dtypes, match", [
+    ((4, 6), (4, 6), (torch.float32, torch.float32), "dst must be"),
+    ((2, 4, 6), (6, 4), (torch.float32, torch.float32), "2-D"),
+    ((4, 6), (6, 4), (torch.float32, torch.float16), "dtype mismatch"),
+])
+def test_wrapper_rejects_bad_inputs(src_shape, dst_shape, dtypes, match):
+    src = torch.randn(src_shape, dtype=dtypes[0], device=DEVICE)
+    dst = torch.randn(dst_shape, dtype=dtypes[1], device=DEVICE)
+    with pytest.raises(AssertionError, match=match):
+        transpose_copy_triton(src, dst)

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from kernels.polar_express import polar_express
-from kernels.relu_square import relu_square_mlp
+from kernels.relu_square import matmul_relu_square_triton, relu_square_mlp_reference
 from kernels.softcapped_ce import softcapped_ce, softcapped_ce_backward, softcapped_ce_forward
 from kernels.transpose import transpose_add, transpose_copy
 
@@ -87,6 +87,7 @@ class Hyperparameters:
     device: str = "auto"  # auto | cuda | cpu
     compile: bool = True  # torch.compile the model and optimizer math
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
+    save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
 
 
 def parse_args(argv: list[str]) -> Hyperparameters:
@@ -241,6 +242,7 @@ class GPTConfig:
     max_seq_len: int  # longest packed micro-batch; sizes the rotary tables
     attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
     fp8_head: bool = False
+    fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -445,6 +447,34 @@ def _head_loss_backward(ctx, grad_losses, *_):
 head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_setup)
 
 
+# Fused MLP: relu(x W_inᵀ)² W_out with the ReLU² in the matmul's epilogue (kernel idea by @andrewbriand,
+# @jrauvola), as a custom op so torch.compile treats the Triton kernel as one opaque call.
+@torch.library.custom_op("nanogpt::relu_square_mlp", mutates_args=())
+def relu_square_mlp_op(x: Tensor, w_in: Tensor, w_out: Tensor) -> tuple[Tensor, Tensor]:
+    """x: (T, D), w_in/w_out: (4D, D) -> output (T, D) and post = relu(x W_inᵀ)² (T, 4D) for backward."""
+    post = matmul_relu_square_triton(x, w_in)
+    return post @ w_out, post
+
+
+@relu_square_mlp_op.register_fake
+def _(x, w_in, w_out):
+    return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
+
+
+def _mlp_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, output[1])
+
+
+def _mlp_backward(ctx, grad, _):
+    x, w_in, w_out, post = ctx.saved_tensors
+    grad = grad.contiguous()
+    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, 4D): (grad W_outᵀ) * 2 relu(pre)
+    return d_pre @ w_in, d_pre.T @ x, post.T @ grad
+
+
+relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+
+
 class GPT(nn.Module):
     """All weights live in a few parameters; GPT.forward is one loop over layers (no Block classes).
 
@@ -527,6 +557,7 @@ class GPT(nn.Module):
         x0_lam = self.x0_lambdas.bfloat16().unbind(0)
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
+        mlp = (lambda *a: relu_square_mlp_op(*a)[0]) if cfg.fused_mlp else relu_square_mlp_reference
         ve_tables = self.value_embeds.view(len(cfg.value_embed_layers), V, D)[:, inputs].unbind(0)  # (T, D) each
         value_embed = dict(zip(cfg.value_embed_layers, ve_tables))
         ve_gate = dict(zip(cfg.value_embed_layers, self.ve_gate_bank.unbind(0)))
@@ -562,7 +593,7 @@ class GPT(nn.Module):
                     lane1 = resid_attn[layer] * lane1 + post_attn1[layer] * y
             if layer == cfg.skip_from:
                 skip = lane0
-            y = relu_square_mlp(norm(lane0 if lane1 is None else lane1), mlp_in[layer], mlp_out[layer])
+            y = mlp(norm(lane0 if lane1 is None else lane1), mlp_in[layer], mlp_out[layer])
             lane0 = resid_mlp[layer] * lane0 + post_mlp0[layer] * y
             if lane1 is not None:
                 lane1 = resid_mlp[layer] * lane1 + post_mlp1[layer] * y
@@ -655,19 +686,20 @@ WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_b
               "lm_head", "embed", "attn_bank", "mlp_bank"]
 
 
-def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: float, beta2: float,
-                eps: float, step_size: Tensor, decay: Tensor):
+def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: Tensor, beta2: Tensor,
+                eps: Tensor, step_size: Tensor, decay: Tensor):
     """Adam with cautious weight decay: decay only where the update and the weight agree in sign.
-    step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t); decay = lr^2 * wd (0-D tensors: no recompiles)."""
+    step_size = lr * sqrt(1 - beta2^t) / (1 - beta1^t); decay = lr^2 * wd. Scalars are 0-D CPU tensors,
+    so one compiled graph serves every parameter and step."""
     g = g.float()
-    exp_avg.lerp_(g, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    exp_avg.mul_(beta1).add_((1 - beta1) * g)
+    exp_avg_sq.mul_(beta2).add_((1 - beta2) * g * g)
     update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
     update = update + p * ((update * p) > 0) * decay
     p.sub_(update.to(p.dtype))
 
 
-def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: Tensor, beta2: float,
+def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: Tensor, beta2: Tensor,
                    lr: Tensor, decay: Tensor):
     """NorMuon step on a stack of matrices (arXiv 2510.05491) with cautious weight decay.
 
@@ -679,7 +711,7 @@ def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: T
     v = v.float()
     reduce_dim = -1 if v.size(-2) >= v.size(-1) else -2
     v_sq = v.square().mean(dim=reduce_dim, keepdim=True)
-    second_moment.lerp_(v_sq, 1 - beta2)
+    second_moment.mul_(beta2).add_((1 - beta2) * v_sq)
     scale = second_moment.clamp_min(1e-10).rsqrt()
     # rescale so the normalized update keeps the Frobenius norm of v
     old_norm_sq = v_sq.sum(dim=(-2, -1), keepdim=True)
@@ -730,11 +762,11 @@ class NorMuonAdam:
                     mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
                     lr_muls=(shape_mul * lr_muls[rank * n:(rank + 1) * n]).view(n, 1, 1))
         self.tied = True
-        maybe = (lambda f: torch.compile(f, dynamic=False, fullgraph=True)) if compile else (lambda f: f)
+        maybe = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
         self._polar_express = polar_express
         # 0-D CPU tensors for per-step values, so compiled graphs do not specialize on them
-        self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "momentum", "lr")}
+        self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "momentum", "lr", "beta1", "beta2", "eps")}
 
     def _shard(self, name: str, t: Tensor) -> Tensor:
         """This rank's rows of a full-size tensor (param or grad), in the view the rule optimizes."""
@@ -809,8 +841,10 @@ class NorMuonAdam:
         lr = self.hp.adam_lr * lr_scale * rule.lr_mul
         self._scalar["step_size"].fill_(lr * (1 - beta2 ** state["step"]) ** 0.5 / (1 - beta1 ** state["step"]))
         self._scalar["decay"].fill_(lr * lr * self.hp.adam_wd * rule.wd_mul)
+        for key, value in (("beta1", beta1), ("beta2", beta2), ("eps", self.hp.adam_eps)):
+            self._scalar[key].fill_(value)
         self._adam_update(self._shard(name, self.params[name].data), grad, state["exp_avg"], state["exp_avg_sq"],
-                          beta1, beta2, self.hp.adam_eps, self._scalar["step_size"], self._scalar["decay"])
+                          *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]
@@ -819,8 +853,9 @@ class NorMuonAdam:
         lr = self.hp.muon_lr * lr_scale
         self._scalar["lr"].fill_(lr)
         self._scalar["decay"].fill_(self.hp.muon_wd * PARAM_RULES[name].wd_mul * lr)
+        self._scalar["beta2"].fill_(self.hp.muon_beta2)
         self._normuon_update(self._shard(name, self.params[name].data).view(torch.int16),
-                             state["mantissa"].view(torch.int16), v, state["second_moment"], self.hp.muon_beta2,
+                             state["mantissa"].view(torch.int16), v, state["second_moment"], self._scalar["beta2"],
                              state["lr_muls"] * self._scalar["lr"], self._scalar["decay"])
 
     @torch.no_grad()
@@ -1181,6 +1216,7 @@ def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                     head_dim=hp.head_dim, max_seq_len=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                     attention=attention, fp8_head=hp.fp8_head and rt.device.type == "cuda",
+                    fused_mlp=rt.device.type == "cuda",
                     loss_scale=1 / rt.grad_accum_steps)
     torch.manual_seed(hp.seed)
     model = GPT(cfg).to(rt.device)
@@ -1236,13 +1272,14 @@ def main(argv: list[str] | None = None):
             model.extend_rotary(window_state["long"] * block, new * block)
             window_state["long"] = new
 
-    def evaluate(sched: ForwardSchedule) -> Tensor:
+    def evaluate(sched: ForwardSchedule, num_batches: int | None = None) -> Tensor:
         model.eval()
+        num_batches = num_batches or len(val)
         with torch.no_grad():
             total = sum(forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
-                        for mb in map(val.batch, range(len(val))))
+                        for mb in map(val.batch, range(num_batches)))
         model.train()
-        loss = total / len(val)
+        loss = total / num_batches
         if rt.world_size > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         return loss
@@ -1269,8 +1306,10 @@ def main(argv: list[str] | None = None):
         loader = new_loader()
         for step in warm_steps:
             advance_windows(step)
-            evaluate(forward_schedule(step))
+            evaluate(forward_schedule(step), num_batches=1)
             train_step(step, loader)
+            sync()
+            log(f"warm-up step {step} done at {time.time() - PROCESS_START:.1f}s")
         del loader
         model.zero_grad(set_to_none=True)
         model.load_state_dict(initial_state)
@@ -1312,6 +1351,10 @@ def main(argv: list[str] | None = None):
             console=(step + 1) % 10 == 0 or step + 1 == total)
 
     log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
+    if hp.save_checkpoint and rt.is_master:
+        path = os.path.join(hp.log_dir, f"{hp.run_id}_final.pt")
+        torch.save(dict(config=dataclasses.asdict(hp), model=model.state_dict(), optimizer=optimizer.state_dict()), path)
+        log(f"saved {path}")
     if rt.device.type == "cuda":
         log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
             f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
@@ -1320,4 +1363,7 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (DataError, ShardError) as e:  # bad input: the message says what to fix, a traceback would not
+        sys.exit(f"error: {e}")

@@ -29,6 +29,10 @@ from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_tr
                                xtx_triton, xxt_reference, xxt_triton)
 from kernels.transpose import (TRANSPOSE_CONFIGS, TRANSPOSE_GENERIC, TransposeConfig, transpose_add_reference,
                                transpose_add_triton, transpose_copy_reference, transpose_copy_triton)
+from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
+                                 relu_square_mlp_reference)
+from kernels.softcapped_ce import (CEConfig, ce_config, softcapped_ce_backward_reference, softcapped_ce_backward_triton,
+                                   softcapped_ce_forward_reference, softcapped_ce_forward_triton)
 
 
 DEVICE = "cuda"
@@ -40,8 +44,8 @@ class Peaks:
     matmul_tflop_s: float
 
 
-def time_ms(fn, rep_ms: int = 100) -> float:
-    return do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+def time_ms(fn, rep_ms: int = 100, warmup_ms: int = 25) -> float:
+    return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median")
 
 
 def time_graph_ms(fn) -> float:
@@ -60,12 +64,13 @@ def time_graph_ms(fn) -> float:
 def measure_peaks() -> Peaks:
     src = torch.randn(2**28, device=DEVICE, dtype=torch.bfloat16)  # 512 MiB, far above L2
     dst = torch.empty_like(src)
-    copy_tb_s = 2 * src.nbytes / time_ms(lambda: dst.copy_(src)) / 1e9
+    # Long warm-ups: the GPU idles at low clocks when the script starts.
+    copy_tb_s = 2 * src.nbytes / time_ms(lambda: dst.copy_(src), warmup_ms=300) / 1e9
     del src, dst
     n = 8192
     a, b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16), torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
     out = torch.empty_like(a)
-    matmul_tflop_s = 2 * n**3 / time_ms(lambda: torch.matmul(a, b, out=out)) / 1e9
+    matmul_tflop_s = 2 * n**3 / time_ms(lambda: torch.matmul(a, b, out=out), warmup_ms=500) / 1e9
     return Peaks(copy_tb_s, matmul_tflop_s)
 
 
@@ -185,7 +190,7 @@ def sweep_symmetric(peaks: Peaks):
     for op, shape in SYMMETRIC_CASES:
         kernel, _, flops = _symmetric_case(op, shape)
         size, K = (shape[2], shape[1]) if op == "xtx" else (shape[1], shape[2])
-        table = syrk_config(torch.device(DEVICE), shape[0], size, K)
+        table = syrk_config(torch.device(DEVICE), torch.bfloat16, shape[0], size, K)
         case_rows = []
         for config in SYRK_CANDIDATES:
             ms = time_ms(lambda: kernel(config), rep_ms=40)
@@ -218,12 +223,143 @@ def bench_polar_express(peaks: Peaks):
                 "graph ms: ours replayed in a CUDA graph, no launch overhead)", headers, rows)
 
 
+# --- softcapped_ce ---------------------------------------------------------------------------
+# (rows, MTP predictions) of one micro-batch in each training stage; V = 50304, bf16 logits, fp8 grads.
+CE_CASES = [(16384, 3), (32768, 2), (49152, 1)]
+CE_VOCAB = 50304
+CE_CANDIDATES = [CEConfig(1, 1024, 4), CEConfig(1, 2048, 4), CEConfig(1, 2048, 8), CEConfig(1, 4096, 8),
+                 CEConfig(2, 1024, 4), CEConfig(4, 1024, 8)]
+
+
+def _ce_case(n_rows, num_predict):
+    """(forward(config), backward(config), forward baseline, backward baseline, logits bytes)."""
+    logits = (8 * torch.randn(n_rows, CE_VOCAB, device=DEVICE)).to(torch.bfloat16)
+    targets = torch.randint(0, CE_VOCAB, (n_rows,), device=DEVICE)
+    weights = torch.tensor([1.0, 0.5, 0.25][:num_predict], device=DEVICE)
+    grad_losses = torch.randn(n_rows, device=DEVICE)
+    _, lse = softcapped_ce_forward_triton(logits, targets, weights)
+    fp8 = torch.float8_e5m2
+    return (lambda config=None: softcapped_ce_forward_triton(logits, targets, weights, config=config),
+            lambda config=None: softcapped_ce_backward_triton(grad_losses, logits, lse, targets, weights,
+                                                              out_dtype=fp8, config=config),
+            lambda: softcapped_ce_forward_reference(logits, targets, weights),
+            lambda: softcapped_ce_backward_reference(grad_losses, logits, lse, targets, weights, out_dtype=fp8),
+            logits.nbytes)
+
+
+def _time_or_nan(fn) -> float:
+    """Time a baseline that may not fit in memory (the fp32 references make several N x V temporaries)."""
+    try:
+        return time_ms(fn)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return float("nan")
+
+
+def bench_softcapped_ce(peaks: Peaks):
+    rows = []
+    for n_rows, num_predict in CE_CASES:
+        forward, backward, forward_ref, backward_ref, nbytes = _ce_case(n_rows, num_predict)
+        shape = (n_rows, CE_VOCAB)
+        rows.append(compare_row(f"forward K={num_predict}", shape, time_ms(forward), _time_or_nan(forward_ref),
+                                nbytes, "TB/s", peaks.copy_tb_s))
+        # reads bf16 logits, writes fp8 gradients
+        rows.append(compare_row(f"backward K={num_predict}", shape, time_ms(backward), _time_or_nan(backward_ref),
+                                nbytes * 3 // 2, "TB/s", peaks.copy_tb_s))
+    print_table("softcapped_ce, bf16 logits -> fp8 e5m2 grads (torch: the eager fp32 reference; nan: out of memory)",
+                COMPARE_HEADERS, rows)
+
+
+def sweep_softcapped_ce(peaks: Peaks):
+    n_rows, num_predict = CE_CASES[-1]
+    forward, backward, _, _, nbytes = _ce_case(n_rows, num_predict)
+    rows = []
+    for direction, run, amount in [("forward", forward, nbytes), ("backward", backward, nbytes * 3 // 2)]:
+        table = ce_config(direction, CE_VOCAB)
+        case_rows = []
+        for config in CE_CANDIDATES:
+            ms = time_ms(lambda: run(config), rep_ms=40)
+            mark = " (table)" if config == table else ""
+            case_rows.append([direction, f"{n_rows}x{CE_VOCAB} K={num_predict}",
+                              f"r{config.block_rows} v{config.block_v} w{config.num_warps}{mark}", ms,
+                              f"{amount / ms / 1e9:.2f}"])
+        rows += _mark_fastest(case_rows)
+    print_table("softcapped_ce sweep", ["pass", "shape", "config", "ms", "TB/s"], rows)
+
+
+# --- relu_square -------------------------------------------------------------------------------
+# tokens of one micro-batch in each training stage; x (T, 768), w_fc and w_proj (3072, 768) in bf16
+MLP_TOKENS = [16384, 32768, 49152]
+MLP_DIM, MLP_HIDDEN = 768, 3072
+MLP_CANDIDATES = [MLPConfig(128, 256, 64, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 64, 4, 4),
+                  MLPConfig(128, 128, 64, 4, 8), MLPConfig(256, 128, 64, 3, 8)]
+
+
+def _mlp_inputs(tokens):
+    x = torch.randn(tokens, MLP_DIM, device=DEVICE, dtype=torch.bfloat16)
+    grad_out = torch.randn_like(x)
+    bank = (torch.randn(2, MLP_HIDDEN, MLP_DIM, device=DEVICE) / MLP_DIM**0.5).to(torch.bfloat16)
+    pre = x @ bank[0].T
+    return x, grad_out, bank, pre, torch.relu(pre).square()
+
+
+def bench_relu_square(peaks: Peaks):
+    rows = []
+    for tokens in MLP_TOKENS:
+        x, grad_out, bank, pre, post = _mlp_inputs(tokens)
+        w_fc, w_proj = bank.unbind(0)
+        shape, flops = (tokens, MLP_DIM, MLP_HIDDEN), 2 * tokens * MLP_DIM * MLP_HIDDEN
+        rows.append(compare_row("relu(x w_fcᵀ)²", shape, time_ms(lambda: matmul_relu_square_triton(x, w_fc)),
+                                time_ms(lambda: torch.relu(x @ w_fc.T).square()), flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+        rows.append(compare_row("(g w_projᵀ)·2relu(pre)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_proj, post=post)),
+                                time_ms(lambda: (grad_out @ w_proj.T) * (2 * torch.relu(pre))), flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+        x.requires_grad_()
+        bank.requires_grad_()
+
+        def forward_backward(mlp):
+            x.grad = bank.grad = None
+            mlp(x, *bank.unbind(0)).backward(grad_out)
+        # forward + backward: 6 matmuls of 2·T·D·H FLOPs
+        rows.append(compare_row("MLP fwd+bwd", shape, time_ms(lambda: forward_backward(relu_square_mlp)),
+                                time_ms(lambda: forward_backward(relu_square_mlp_reference)), 6 * flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+    print_table("relu_square, bf16 (torch: cuBLAS matmul, then relu and square as separate kernels)",
+                COMPARE_HEADERS, rows)
+
+
+def sweep_relu_square(peaks: Peaks):
+    tokens = MLP_TOKENS[-1]
+    x, grad_out, bank, _, post = _mlp_inputs(tokens)
+    flops = 2 * tokens * MLP_DIM * MLP_HIDDEN
+    rows = []
+    for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
+                           ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
+                                                                                 config=config))]:
+        table = mlp_config(torch.device(DEVICE), direction)
+        case_rows = []
+        for config in MLP_CANDIDATES:
+            label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"
+            try:
+                ms = time_ms(lambda: run(config), rep_ms=40)
+            except triton.runtime.errors.OutOfResources:
+                ms, label = float("inf"), label + " (out of shared memory)"
+            mark = " (table)" if config == table else ""
+            case_rows.append([direction, f"{tokens}x{MLP_DIM}x{MLP_HIDDEN}", label + mark, ms, f"{flops / ms / 1e9:.0f}"])
+        rows += _mark_fastest(case_rows)
+    print_table("relu_square sweep", ["pass", "shape", "config", "ms", "TFLOP/s"], rows)
+
+
 # --- main --------------------------------------------------------------------------------------
 # name -> (benchmark, optional config sweep). New families add a line here.
 FAMILIES = {
     "transpose": (bench_transpose, sweep_transpose),
     "symmetric": (bench_symmetric, sweep_symmetric),
     "polar_express": (bench_polar_express, None),
+    "softcapped_ce": (bench_softcapped_ce, sweep_softcapped_ce),
+    "relu_square": (bench_relu_square, sweep_relu_square),
 }
 
 

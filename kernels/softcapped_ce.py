@@ -25,6 +25,7 @@ Kernel notes:
   when V is a multiple of 8); the sizes come from CE_CONFIGS.
 """
 import math
+from typing import NamedTuple
 
 import torch
 import triton
@@ -129,22 +130,28 @@ def _softcapped_ce_bwd_kernel(
 # -----------------------------------------------------------------------------
 # Launch configuration
 
-# (BLOCK_ROWS, BLOCK_V, num_warps) per vocabulary size and pass. Tuned on one H100 (N=49152, bf16) for
-# the padded GPT-2 vocabulary: 8 candidates from 1-4 rows, 1024-4096 columns, 2-8 warps were within
-# 5% of each other (forward ~1.9 ms, bound by the 3 special-function ops per element; backward
-# ~2.55 ms, at memory bandwidth). Any other V takes the generic rule.
+class CEConfig(NamedTuple):
+    block_rows: int  # rows per program
+    block_v: int     # columns per loop iteration
+    num_warps: int
+
+
+# Configs per (pass, vocabulary size). Tuned on one H100 (N=49152, bf16) for the padded GPT-2
+# vocabulary (python -m kernels.bench --sweep): 8 candidates of 1-4 rows, 1024-4096 columns and 2-8
+# warps came within 5% of each other (forward ~1.9 ms, bound by its 3 special-function ops per
+# element; backward ~2.55 ms, at memory bandwidth). Any other V takes the generic rule.
 CE_CONFIGS = {
-    ("forward", 50304): (1, 2048, 8),
-    ("backward", 50304): (1, 2048, 8),
+    ("forward", 50304): CEConfig(1, 2048, 8),
+    ("backward", 50304): CEConfig(1, 2048, 8),
 }
 
 
-def _ce_config(direction: str, n_cols: int):
+def ce_config(direction: str, n_cols: int) -> CEConfig:
     if (direction, n_cols) in CE_CONFIGS:
         return CE_CONFIGS[direction, n_cols]
     # generic: ~2048 elements per program and iteration, rows packed together when V is small
     block_v = min(2048, triton.next_power_of_2(n_cols))
-    return 2048 // block_v, block_v, 4
+    return CEConfig(2048 // block_v, block_v, 4)
 
 
 def _softcap_constants(A: float, B: float, C: float) -> dict:
@@ -155,23 +162,25 @@ def _softcap_constants(A: float, B: float, C: float) -> dict:
 
 
 def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torch.Tensor):
-    assert logits.ndim == 2 and logits.stride(1) == 1, f"logits must be (N, V) with contiguous rows, got {tuple(logits.shape)} strides {logits.stride()}"
-    assert targets.shape == logits.shape[:1] and targets.dtype == torch.int64, f"targets must be int64 (N,), got {targets.dtype} {tuple(targets.shape)}"
-    assert targets.is_contiguous(), "targets must be contiguous"
-    assert mtp_weights.ndim == 1 and mtp_weights.numel() >= 1 and mtp_weights.dtype == torch.float32, "mtp_weights must be fp32 (K,), K >= 1"
+    assert logits.ndim == 2 and logits.stride(1) == 1, \
+        f"logits must be (N, V) with contiguous rows, got {tuple(logits.shape)} strides {logits.stride()}"
+    assert targets.shape == logits.shape[:1] and targets.dtype == torch.int64 and targets.is_contiguous(), \
+        f"targets must be contiguous int64 (N,), got {targets.dtype} {tuple(targets.shape)}"
+    assert mtp_weights.ndim == 1 and mtp_weights.numel() >= 1 and mtp_weights.dtype == torch.float32, \
+        "mtp_weights must be fp32 (K,), K >= 1"
     assert targets.device == logits.device == mtp_weights.device, "logits, targets and mtp_weights must share a device"
 
 
 # -----------------------------------------------------------------------------
 # Host wrappers
 
-def softcapped_ce_forward_triton(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5):
-    """Triton forward: logits (N, V) -> (losses fp32 (N,), lse fp32 (N,))."""
+def softcapped_ce_forward_triton(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5, config=None):
+    """Triton forward: logits (N, V) -> (losses fp32 (N,), lse fp32 (N,)). config: CEConfig override."""
     _check_inputs(logits, targets, mtp_weights)
     n_rows, n_cols = logits.shape
     losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     lse = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
-    block_rows, block_v, num_warps = _ce_config("forward", n_cols)
+    block_rows, block_v, num_warps = config or ce_config("forward", n_cols)
     _softcapped_ce_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
         logits, targets, mtp_weights.contiguous(), losses, lse,
         n_rows, n_cols, logits.stride(0),
@@ -182,17 +191,17 @@ def softcapped_ce_forward_triton(logits, targets, mtp_weights, A=23.0, B=5.0, C=
 
 
 def softcapped_ce_backward_triton(grad_losses, logits, lse, targets, mtp_weights, A=23.0, B=5.0, C=7.5,
-                                  grad_scale=1.0, out_dtype=torch.bfloat16):
+                                  grad_scale=1.0, out_dtype=torch.bfloat16, config=None):
     """Triton backward: d(sum_i g_i·loss_i)/d logits / grad_scale as (N, V) out_dtype.
 
     grad_scale is a compile-time constant (one compiled kernel per value): keep it fixed in training.
     """
     _check_inputs(logits, targets, mtp_weights)
     n_rows, n_cols = logits.shape
-    assert grad_losses.shape == (n_rows,) and lse.shape == (n_rows,) and lse.is_contiguous(), "grad_losses and lse must be (N,)"
+    assert grad_losses.shape == lse.shape == (n_rows,) and lse.is_contiguous(), "grad_losses and lse must be (N,)"
     grad_losses = grad_losses.float()  # stride 0 (a broadcast scalar gradient) is fine
     grad_logits = torch.empty(n_rows, n_cols, dtype=out_dtype, device=logits.device)
-    block_rows, block_v, num_warps = _ce_config("backward", n_cols)
+    block_rows, block_v, num_warps = config or ce_config("backward", n_cols)
     _softcapped_ce_bwd_kernel[(triton.cdiv(n_rows, block_rows),)](
         grad_losses, logits, lse, targets, mtp_weights.contiguous(), grad_logits,
         n_rows, n_cols, grad_losses.stride(0), logits.stride(0), grad_logits.stride(0),

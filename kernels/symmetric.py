@@ -29,26 +29,28 @@ class SyrkConfig:
     num_stages: int  # software-pipelining depth of the reduction loop
 
 
-# Keyed by (CUDA compute capability, batch, M, K) of the product Y·Yᵀ (batch of M x M outputs,
-# reduction length K): the batch matters because a 768 x 768 output is only 21 tiles of 128, so
-# small shards need smaller tiles to fill the GPU. Everything else, including the CPU
-# interpreter, uses SYRK_GENERIC. Tuning note: the entries are the Polar Express shapes (768 x 768
-# attention matrices; 3072 x 768 MLP matrices reduced over 3072; 5 / 3 matrices per rank on 8
-# GPUs, 40 / 24 on 1 GPU), picked on one H100 SXM with `python -m kernels.bench --sweep`.
+# Keyed by (CUDA compute capability, dtype, batch, M, K) of the product Y·Yᵀ (batch of M x M
+# outputs, reduction length K). The batch matters: a 768 x 768 output is only 21 tiles of 128, so
+# the 8-GPU shards (3 or 5 matrices) fill the GPU only with 64-tiles. Everything else (fp32 and
+# fp16 tests, other shapes, the CPU interpreter) uses SYRK_GENERIC.
+# Tuning note: bf16 Polar Express shapes (768 x 768 attention matrices; 3072 x 768 MLP matrices
+# reduced over 3072; 5 / 3 per rank on 8 GPUs, 40 / 24 on 1 GPU), fastest of 9 candidates on one
+# H100 SXM (torch 2.11, Triton 3.6) with `python -m kernels.bench --sweep`, records/kernels-2026-11-21.md.
+_BF16 = torch.bfloat16
 SYRK_CONFIGS = {
-    ((9, 0), 5, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
-    ((9, 0), 3, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
-    ((9, 0), 40, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=4),
-    ((9, 0), 24, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=4),
-    ((9, 0), 3, 768, 3072): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
-    ((9, 0), 24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=4),
+    ((9, 0), _BF16, 5, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+    ((9, 0), _BF16, 3, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+    ((9, 0), _BF16, 40, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    ((9, 0), _BF16, 24, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    ((9, 0), _BF16, 3, 768, 3072): SyrkConfig(block=64, block_k=128, num_warps=4, num_stages=3),
+    ((9, 0), _BF16, 24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
 }
 SYRK_GENERIC = SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=3)
 
 
-def syrk_config(device: torch.device, batch: int, M: int, K: int) -> SyrkConfig:
+def syrk_config(device: torch.device, dtype: torch.dtype, batch: int, M: int, K: int) -> SyrkConfig:
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    return SYRK_CONFIGS.get((capability, batch, M, K), SYRK_GENERIC)
+    return SYRK_CONFIGS.get((capability, dtype, batch, M, K), SYRK_GENERIC)
 
 
 @triton.jit
@@ -71,6 +73,7 @@ def _syrk_kernel(
     alpha, beta,
     BLOCK: tl.constexpr, BLOCK_K: tl.constexpr,
     ADD_Y: tl.constexpr,                    # add beta·Y (only for square Y, i.e. ba_plus_caa)
+    DOT_PRECISION: tl.constexpr,            # "ieee" for fp32 inputs (else tf32 truncates them), "tf32" otherwise
 ):
     """out[b] = alpha·Y[b]·Y[b]ᵀ (+ beta·Y[b]); grid = (lower-triangle tiles, batch)."""
     tile_m, tile_n = _lower_triangle_tile(tl.program_id(0))
@@ -90,7 +93,7 @@ def _syrk_kernel(
                        mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0.0)
         right = tl.load(y_ptr + offs_n[None, :] * y_row_stride + k[:, None] * y_k_stride,
                         mask=(offs_n[None, :] < M) & (k[:, None] < K), other=0.0)
-        acc = tl.dot(left, right, acc)
+        acc = tl.dot(left, right, acc, input_precision=DOT_PRECISION)
 
     # Scalars may arrive as fp64 depending on the Triton version: keep the epilogue in fp32.
     acc = acc * tl.cast(alpha, tl.float32)
@@ -124,7 +127,7 @@ def _launch_syrk(name: str, X: torch.Tensor, out: torch.Tensor, transpose: bool,
     if K == 0:
         return out.zero_()
     row_stride, k_stride = (1, cols) if transpose else (cols, 1)
-    config = config or syrk_config(X.device, batch, size, K)
+    config = config or syrk_config(X.device, X.dtype, batch, size, K)
     tiles = triton.cdiv(size, config.block)
     _syrk_kernel[(tiles * (tiles + 1) // 2, batch)](
         X, out, size, K,
@@ -132,6 +135,7 @@ def _launch_syrk(name: str, X: torch.Tensor, out: torch.Tensor, transpose: bool,
         size * size, size,
         alpha, beta,
         BLOCK=config.block, BLOCK_K=config.block_k, ADD_Y=add_input,
+        DOT_PRECISION="ieee" if X.dtype == torch.float32 else "tf32",
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     return out

@@ -41,9 +41,9 @@ def test_mlp_forward_backward(x_shape, hidden, dtype, atol, rtol, poison_empty):
     dim = x_shape[-1]
     x = torch.randn(x_shape, device=DEVICE).to(dtype).requires_grad_()
     # the weights are slices of one bank, as in the model; gradients must land in it
-    bank = torch.stack([torch.rand(hidden, dim, device=DEVICE) * 2 - 1,
-                        torch.randn(hidden, dim, device=DEVICE)]) / torch.tensor([dim, hidden], device=DEVICE).sqrt()[:, None, None]
-    bank = bank.to(dtype).requires_grad_()
+    w_fc = (torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5
+    w_proj = torch.randn(hidden, dim, device=DEVICE) / hidden**0.5
+    bank = torch.stack([w_fc, w_proj]).to(dtype).requires_grad_()
     w_fc, w_proj = bank.unbind(0)
     out = relu_square_mlp_triton(x, w_fc, w_proj)
     grad_out = torch.randn_like(out)

@@ -461,15 +461,26 @@ def _(x, w_in, w_out):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
+@torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
+def relu_square_mlp_backward_op(grad: Tensor, x: Tensor, w_in: Tensor, w_out: Tensor,
+                                post: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    grad_w_out = post.T @ grad  # first: a cuBLAS call gives autograd's thread a CUDA context before TMA setup
+    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, 4D): (grad W_outᵀ) * 2 relu(pre)
+    return d_pre @ w_in, d_pre.T @ x, grad_w_out
+
+
+@relu_square_mlp_backward_op.register_fake
+def _(grad, x, w_in, w_out, post):
+    return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
+
+
 def _mlp_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs, output[1])
 
 
 def _mlp_backward(ctx, grad, _):
     x, w_in, w_out, post = ctx.saved_tensors
-    grad = grad.contiguous()
-    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, 4D): (grad W_outᵀ) * 2 relu(pre)
-    return d_pre @ w_in, d_pre.T @ x, post.T @ grad
+    return relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post)
 
 
 relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)

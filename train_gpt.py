@@ -88,6 +88,12 @@ class Hyperparameters:
     compile: bool = True  # torch.compile the model and optimizer math
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
     save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
+    # reliability and debugging
+    guard_every: int = 25  # read the device-side non-finite flag every N steps (a host sync), and at validations
+    inject_fault_step: int = -1  # tests only: poison one MLP output with NaN at this step
+    profile_steps: str = ""  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
+    sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
+    replay: str = ""  # path of a capture: re-run its step and report the first non-finite tensors
 
 
 def parse_args(argv: list[str]) -> Hyperparameters:
@@ -376,6 +382,7 @@ class ForwardSchedule:
     long_window: int
     max_seq_len: int
     mtp_weights: Tensor  # (K,) fp32 on device; loss weight of predicting token t+1+k
+    fault_layer: int = -1  # fault injection for tests of the non-finite guard: NaN out of this layer's MLP
 
 
 # FP8 LM head fused with the soft-capped cross entropy (FP8 matmul by @YouJiacheng, transposed
@@ -549,10 +556,12 @@ class GPT(nn.Module):
         self.rotary_paired.extend(old_window, new_window)
 
     def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
-                sched: ForwardSchedule) -> Tensor:
+                sched: ForwardSchedule, probe=None) -> Tensor:
         """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32.
-        Training: returns the summed MTP loss over positions. Eval: the mean next-token loss."""
+        Training: returns the summed MTP loss over positions. Eval: the mean next-token loss.
+        probe(name, tensor), if given (eager replay only), sees each sublayer's output."""
         cfg = self.cfg
+        probe = probe or (lambda name, t: None)
         T, D, H, Dh, V, G = inputs.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.vocab_size, cfg.gate_channels
         # Per-layer views of the banks and scalars, unbound once so that backward stacks them in
         # one kernel instead of a select-backward per layer.
@@ -579,6 +588,8 @@ class GPT(nn.Module):
         x = torch.cat([x[:1], x[1:] + smear * x[:-1]])
         x0 = norm(x)
         bigram = F.embedding(bigram_inputs, self.bigram_embed)  # (T, D)
+        probe("embed", x0)
+        probe("bigram_embed", bigram)
 
         lane0, lane1 = x0 + bigram_lam[0] * bigram, None
         skip = backout = None
@@ -596,6 +607,7 @@ class GPT(nn.Module):
                                     value_embed.get(layer), ve_gate.get(layer), cu_seqlens, sched,
                                     window=sched.long_window if long else sched.short_window,
                                     paired=paired, key_offset=long)
+                probe(f"layer{layer}.attn", y)
                 inject = x0_lam[layer] * x0 + (bigram_lam[layer] * bigram if layer > 0 else 0)
                 if lane1 is None:  # single lane: no post-attention lambda
                     lane0 = resid_attn[layer] * lane0 + y + inject
@@ -605,6 +617,9 @@ class GPT(nn.Module):
             if layer == cfg.skip_from:
                 skip = lane0
             y = mlp(norm(lane0 if lane1 is None else lane1), mlp_in[layer], mlp_out[layer])
+            if layer == sched.fault_layer:
+                y = y * float("nan")
+            probe(f"layer{layer}.mlp", y)
             lane0 = resid_mlp[layer] * lane0 + post_mlp0[layer] * y
             if lane1 is not None:
                 lane1 = resid_mlp[layer] * lane1 + post_mlp1[layer] * y
@@ -617,6 +632,7 @@ class GPT(nn.Module):
         if self.training:
             losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.head_x_scale, cfg.head_w_scale,
                                   cfg.head_grad_scale * cfg.loss_scale, cfg.fp8_head)[0]
+            probe("head.losses", losses)
             return losses.sum()
         loss = x.new_zeros((), dtype=torch.float32)
         for xc, tc in zip(x.split(cfg.eval_chunk), targets.split(cfg.eval_chunk)):  # bounds the logits' memory
@@ -1021,14 +1037,18 @@ class TrainLoader:
     any world size sees the same batches. The next shard loads in a background thread."""
 
     def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int, capacity: CuSeqlensCapacity):
+                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0)):
         self.files = find_shards(pattern, "train")
         self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
         self.bigram_rows, self.capacity = bigram_rows, capacity
-        self.next_file = 0
+        self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
+        self.next_file = self.shard_index
         self.shard = self._open_next()()
-        self.doc = 0  # index into shard.bos of the next document to use
         self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
+
+    def position(self) -> tuple[int, int]:
+        """Where the next batch starts: pass it back as `start` to resume here."""
+        return self.shard_index, self.doc
 
     def _open_next(self):
         if self.next_file >= len(self.files):
@@ -1071,6 +1091,7 @@ class TrainLoader:
             raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
                             f"{self.hp.train_files!r}; add shards or shorten the schedule")
         self.shard, self.doc = self._prefetch(), 0
+        self.shard_index += 1
         self._prefetch = self._open_next()
 
 
@@ -1216,8 +1237,315 @@ class Logger:
             self(smi.stdout or smi.stderr, console=False)
         self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(hp).items()))
 
+
 # -----------------------------------------------------------------------------
-# main: build, warm up (untimed), train, validate
+# Reliability: catch a non-finite loss or gradient without per-step syncs, capture the failing
+# step (state before it + its batch), and replay it eagerly, naming the first non-finite tensor
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite loss or gradient; the message says where the capture is."""
+
+
+class NonFiniteGuard:
+    """Remembers on the device the first step whose losses or gradients were not all finite.
+    observe() costs one fused norm over the gradients per step and no host sync; read() syncs,
+    so the loop calls it every guard_every steps and at validations."""
+    NONE = 2**62
+
+    def __init__(self, device: torch.device):
+        self.first_bad = torch.full((), self.NONE, dtype=torch.int64, device=device)
+
+    def observe(self, step: int, losses: list[Tensor], grads: list[Tensor]):
+        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in torch._foreach_norm(grads))])
+        bad = ~torch.isfinite(values).all()
+        self.first_bad = torch.where(bad & (self.first_bad == self.NONE), step, self.first_bad)
+
+    def read(self, world_size: int) -> int | None:
+        first = self.first_bad.clone()
+        if world_size > 1:
+            dist.all_reduce(first, op=dist.ReduceOp.MIN)
+        first = first.item()
+        return None if first == self.NONE else first
+
+    def reset(self):
+        self.first_bad.fill_(self.NONE)
+
+
+def first_nonfinite(named: list[tuple[str, Tensor | None]]) -> list[str]:
+    return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+
+
+def replay(hp: Hyperparameters) -> int:
+    """Re-run a captured step eagerly; print which activations, gradients and updates went non-finite."""
+    capture = torch.load(hp.replay, map_location="cpu", weights_only=False)
+    saved = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    saved.device, saved.compile = hp.device, False  # the replaying machine's device; eager, for the probes
+    rt = setup_runtime(saved)
+    rt = Runtime(0, 1, rt.device, capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
+    model = build_model(saved, rt)
+    model.load_state_dict(capture["model"])
+    model.reset_rotary()
+    for old, new in capture["rotary_extensions"]:
+        model.extend_rotary(old, new)
+    f = capture["forward"]
+    sched = ForwardSchedule(f["short_window"], f["long_window"], f["max_seq_len"],
+                            torch.tensor(f["mtp_weights"], device=rt.device), f["fault_layer"])
+    print(f"replaying step {capture['step']} of run {saved.run_id} (rank {capture['rank']} of "
+          f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
+    found = False
+    for i, batch in enumerate(capture["batches"]):
+        mb = MicroBatch(*(batch[k].to(rt.device) for k in ("inputs", "targets", "cu_seqlens", "bigram")))
+        probes = []
+        loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched,
+                     probe=lambda name, t: probes.append((name, t.detach())))
+        (loss * model.cfg.loss_scale).backward()
+        bad = first_nonfinite(probes)
+        if bad:
+            print(f"micro-batch {i}: first non-finite activation: {bad[0]} (then {', '.join(bad[1:4]) or 'none'})")
+            found = True
+    bad_grads = first_nonfinite([(n, p.grad) for n, p in model.named_parameters()])
+    if bad_grads:
+        print(f"non-finite gradients: {', '.join(bad_grads)}")
+        found = True
+    if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
+        optimizer = NorMuonAdam(model, saved, 0, 1, compile=False)
+        optimizer.load_state_dict(capture["optimizer"])
+        optimizer.step(*capture["optimizer_args"])
+        bad_params = first_nonfinite(list(model.named_parameters()))
+        if bad_params:
+            print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")
+            found = True
+    if not found:
+        print("forward, backward and update are finite on replay: the failure did not reproduce here "
+              "(nondeterministic kernels, a hardware fault, or a different device)")
+    return 1 if found else 0
+
+
+class Trainer:
+    """Owns the model, optimizer, schedule and data; runs steps, validations, warm-up and rewinds."""
+
+    def __init__(self, hp: Hyperparameters, rt: Runtime, log: Logger):
+        self.hp, self.rt, self.log = hp, rt, log
+        self.schedule = Schedule(hp)
+        self.model = build_model(hp, rt)
+        if hp.compile:
+            torch._dynamo.config.recompile_limit = 64  # one graph per stage shape and window setting
+        self.forward = torch.compile(self.model, dynamic=False, fullgraph=True) if hp.compile else self.model
+        self.optimizer = NorMuonAdam(self.model, hp, rt.rank, rt.world_size, compile=hp.compile)
+        self.bigram_rows = self.model.bigram_embed.size(0)
+        self.capacity = CuSeqlensCapacity(log)
+        self.val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
+        self.loader = self.new_loader()
+        self.mtp = [torch.tensor(self.schedule.mtp_weights(s), device=rt.device)
+                    for s in range(self.schedule.total_steps + 1)]
+        self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
+        self.guard = NonFiniteGuard(rt.device)
+
+    def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
+        return TrainLoader(self.hp.train_files, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
+                           self.bigram_rows, self.capacity, start)
+
+    def sync(self):
+        if self.rt.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def forward_schedule(self, step: int, final: bool = False) -> ForwardSchedule:
+        short, long = self.schedule.windows(step)
+        block = self.hp.window_block
+        return ForwardSchedule(short * block, (self.hp.final_long_window if final else long) * block,
+                               self.schedule.seq_len(step), self.mtp[step],
+                               self.model.cfg.num_layers // 2 if step == self.hp.inject_fault_step else -1)
+
+    def set_rotary(self, step: int):
+        """YaRN-extend the rotary tables whenever the long window grows (reset first when rewinding)."""
+        block, windows = self.hp.window_block, self.schedule.windows
+        wanted, long = [], windows(0)[1]
+        for s in self.schedule.transition_steps + [self.schedule.bounds[-2]]:
+            if s <= step and windows(s)[1] != long:
+                wanted.append((long * block, windows(s)[1] * block))
+                long = windows(s)[1]
+        if wanted[:len(self.rotary_extensions)] != self.rotary_extensions:
+            self.model.reset_rotary()
+            self.rotary_extensions = []
+        for old, new in wanted[len(self.rotary_extensions):]:
+            self.model.extend_rotary(old, new)
+            self.rotary_extensions.append((old, new))
+
+    def evaluate(self, sched: ForwardSchedule, num_batches: int | None = None) -> Tensor:
+        self.model.eval()
+        num_batches = num_batches or len(self.val)
+        with torch.no_grad():
+            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+                        for mb in map(self.val.batch, range(num_batches)))
+        self.model.train()
+        loss = total / num_batches
+        if self.rt.world_size > 1:
+            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
+        return loss
+
+    def next_batches(self, step: int) -> list[MicroBatch]:
+        return self.loader.next_step(self.schedule.micro_batch_tokens(step), self.schedule.seq_len(step))
+
+    def optimizer_args(self, step: int) -> tuple[float, float, bool]:
+        return self.schedule.lr_scale(step), self.schedule.muon_momentum(step), step % 2 == 1
+
+    def train_step(self, step: int, batches: list[MicroBatch]):
+        self.set_rotary(step)
+        sched = self.forward_schedule(step)
+        losses = []
+        for mb in batches:
+            loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * self.model.cfg.loss_scale
+            loss.backward()
+            losses.append(loss.detach())
+        self.guard.observe(step, losses, [p.grad for p in self.model.parameters() if p.grad is not None])
+        self.optimizer.step(*self.optimizer_args(step))
+        if step == self.schedule.split_step:
+            self.optimizer.untie()
+
+    def snapshot(self, step: int) -> dict:
+        """Everything the next steps depend on (weights, optimizer state, data position)."""
+        return dict(step=step, loader=self.loader.position(), optimizer=self.optimizer.state_dict(),
+                    model={k: v.detach().clone() for k, v in self.model.state_dict().items()})
+
+    def restore(self, snap: dict):
+        self.model.zero_grad(set_to_none=True)
+        self.model.load_state_dict(snap["model"])
+        self.optimizer.load_state_dict(snap["optimizer"])
+        self.loader = self.new_loader(snap["loader"])
+        self.set_rotary(snap["step"])
+
+    def capture_failure(self, good: dict, bad_step: int, detected_at: int) -> str:
+        """Rewind to the last good snapshot, re-run to the failing step, save a capture of the state
+        before it with its batches, then run it to see whether the failure reproduces."""
+        self.restore(good)
+        for step in range(good["step"], bad_step):
+            self.train_step(step, self.next_batches(step))
+        self.set_rotary(bad_step)
+        batches = self.next_batches(bad_step)
+        sched = self.forward_schedule(bad_step)
+        capture = dict(
+            step=bad_step, detected_at=detected_at, rank=self.rt.rank, world_size=self.rt.world_size,
+            grad_accum_steps=self.rt.grad_accum_steps, config=dataclasses.asdict(self.hp),
+            model={k: v.to("cpu", copy=True) for k, v in self.model.state_dict().items()},  # copy: step runs next
+            optimizer=self.optimizer.state_dict(), optimizer_args=self.optimizer_args(bad_step),
+            rotary_extensions=list(self.rotary_extensions),
+            forward=dict(short_window=sched.short_window, long_window=sched.long_window,
+                         max_seq_len=sched.max_seq_len, mtp_weights=sched.mtp_weights.tolist(),
+                         fault_layer=sched.fault_layer),
+            batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
+                     for mb in batches],
+            rng=dict(cpu=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None))
+        self.guard.reset()
+        self.train_step(bad_step, batches)
+        capture["reproduced"] = self.guard.read(self.rt.world_size) == bad_step
+        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
+        torch.save(capture, path)
+        return path
+
+    def warmup(self):
+        """Untimed: compile every shape the run will see by running the first steps and the steps around
+        each stage transition on real data (one validation batch each), then restore the initial state."""
+        schedule = self.schedule
+        steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
+                                 if 0 <= s + d < schedule.total_steps})
+        self.log(f"warm-up (untimed): compiling on steps {steps}")
+        initial = self.snapshot(0)
+        for step in steps:
+            self.set_rotary(step)
+            self.evaluate(self.forward_schedule(step), num_batches=1)
+            self.train_step(step, self.next_batches(step))
+            self.sync()
+            self.log(f"warm-up step {step} done at {time.time() - PROCESS_START:.1f}s")
+        self.restore(initial)
+        self.guard.reset()
+
+    def run(self):
+        hp, rt, schedule, log = self.hp, self.rt, self.schedule, self.log
+        if hp.warmup:
+            self.warmup()
+        self.sync()
+        log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
+        profiler = self.make_profiler()
+        total = schedule.total_steps
+        good = self.snapshot(0)  # last state known to be finite, for captures
+        train_ms, t0 = 0.0, time.perf_counter()
+        stage_ms, stage_start_ms, stage_now = {}, 0.0, 0
+        for step in range(total + 1):
+            last = step == total
+            stage = schedule.stage(step)[0] if not last else 4
+            if stage != stage_now:  # sync at stage boundaries only, to report ms/step per stage
+                self.sync()
+                now_ms = train_ms + 1000 * (time.perf_counter() - t0)
+                stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
+                stage_start_ms, stage_now = now_ms, stage
+            validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
+            if step > 0 and (validate or step % hp.guard_every == 0):
+                self.sync()
+                pause = time.perf_counter()
+                bad = self.guard.read(rt.world_size)
+                if bad is not None:
+                    path = self.capture_failure(good, bad, step)
+                    raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
+                                         f"capture of the state before it and its batch: {path} (one per rank). "
+                                         f"Replay: python3 train_gpt.py --replay {path}")
+                good = self.snapshot(step)
+                t0 += time.perf_counter() - pause  # the check is bookkeeping, not training
+            if validate:
+                self.sync()
+                train_ms += 1000 * (time.perf_counter() - t0)
+                self.set_rotary(step)
+                val_loss = self.evaluate(self.forward_schedule(step, final=last)).item()
+                log(f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{train_ms:.0f}ms "
+                    f"step_avg:{train_ms / max(step, 1):.2f}ms")
+                self.sync()
+                t0 = time.perf_counter()
+            if last:
+                break
+            if hp.sync_debug and rt.device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            self.train_step(step, self.next_batches(step))
+            if hp.sync_debug and rt.device.type == "cuda":
+                torch.cuda.set_sync_debug_mode(0)
+            if profiler is not None:
+                profiler.step()
+            approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
+            log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
+                console=(step + 1) % 10 == 0 or step + 1 == total)
+
+        log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
+        if rt.device.type == "cuda":
+            log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
+                f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
+        if hp.save_checkpoint and rt.is_master:
+            path = os.path.join(hp.log_dir, f"{hp.run_id}_final.pt")
+            torch.save(dict(config=dataclasses.asdict(hp), model=self.model.state_dict(),
+                            optimizer=self.optimizer.state_dict()), path)
+            log(f"saved {path}")
+
+    def make_profiler(self):
+        """--profile_steps a:b: a Chrome trace of steps a..b-1 on rank 0, for finding exposed communication."""
+        if not self.hp.profile_steps or not self.rt.is_master:
+            return None
+        try:
+            start, stop = (int(x) for x in self.hp.profile_steps.split(":"))
+        except ValueError:
+            raise SystemExit(f"error: --profile_steps {self.hp.profile_steps!r} must look like 10:13") from None
+        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_trace.json")
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.rt.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+
+        def save(prof):
+            prof.export_chrome_trace(path)
+            self.log(f"profiler trace of steps {start}..{stop - 1}: {path}")
+        profiler = torch.profiler.profile(
+            activities=activities, on_trace_ready=save,
+            schedule=torch.profiler.schedule(wait=start, warmup=0, active=stop - start, repeat=1))
+        profiler.start()
+        return profiler
+
+# -----------------------------------------------------------------------------
+# main
 
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     if rt.device.type == "cuda":
@@ -1227,8 +1555,7 @@ def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                     head_dim=hp.head_dim, max_seq_len=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                     attention=attention, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                    fused_mlp=rt.device.type == "cuda",
-                    loss_scale=1 / rt.grad_accum_steps)
+                    fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
     torch.manual_seed(hp.seed)
     model = GPT(cfg).to(rt.device)
     if rt.world_size > 1:
@@ -1237,144 +1564,35 @@ def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     return model
 
 
-def main(argv: list[str] | None = None):
+def main(argv: list[str] | None = None) -> int:
     hp = parse_args(sys.argv[1:] if argv is None else argv)
+    if hp.replay:
+        return replay(hp)
     rt = setup_runtime(hp)
-    if not hp.run_id:
-        box = [str(uuid.uuid4())]
-        if rt.world_size > 1:
-            dist.broadcast_object_list(box, 0)
-        hp.run_id = box[0]
-    log = Logger(hp, rt.is_master)
-    log(f"log: {log.path}")
-    log.record_environment(hp)
-    schedule = Schedule(hp)
-    model = build_model(hp, rt)
-    cfg = model.cfg
-    if rt.device.type != "cuda":
-        log("device cpu: attention uses masked SDPA, the LM head a bf16 matmul, kernels their PyTorch references")
-    else:
-        log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}")
-    if hp.compile:
-        torch._dynamo.config.recompile_limit = 64  # one graph per stage shape and window setting
-    forward = torch.compile(model, dynamic=False, fullgraph=True) if hp.compile else model
-    optimizer = NorMuonAdam(model, hp, rt.rank, rt.world_size, compile=hp.compile)
-    bigram_rows = model.bigram_embed.size(0)
-    capacity = CuSeqlensCapacity(log)
-    val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, bigram_rows)
-    mtp = [torch.tensor(schedule.mtp_weights(s), device=rt.device) for s in range(schedule.total_steps + 1)]
-    block = hp.window_block
-
-    def sync():
-        if rt.device.type == "cuda":
-            torch.cuda.synchronize()
-
-    def forward_schedule(step: int, final: bool = False) -> ForwardSchedule:
-        short, long = schedule.windows(step)
-        return ForwardSchedule(short * block, (hp.final_long_window if final else long) * block,
-                               schedule.seq_len(step), mtp[step])
-
-    window_state = {"long": schedule.windows(0)[1]}
-
-    def advance_windows(step: int):
-        """Grow the rotary tables (YaRN) when the long window grows."""
-        new = schedule.windows(step)[1]
-        if new != window_state["long"]:
-            model.extend_rotary(window_state["long"] * block, new * block)
-            window_state["long"] = new
-
-    def evaluate(sched: ForwardSchedule, num_batches: int | None = None) -> Tensor:
-        model.eval()
-        num_batches = num_batches or len(val)
-        with torch.no_grad():
-            total = sum(forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
-                        for mb in map(val.batch, range(num_batches)))
-        model.train()
-        loss = total / num_batches
-        if rt.world_size > 1:
-            dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        return loss
-
-    def train_step(step: int, loader: TrainLoader):
-        sched = forward_schedule(step)
-        for mb in loader.next_step(schedule.micro_batch_tokens(step), schedule.seq_len(step)):
-            loss = forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * cfg.loss_scale
-            loss.backward()
-        optimizer.step(schedule.lr_scale(step), schedule.muon_momentum(step), do_adam=step % 2 == 1)
-        if step == schedule.split_step:
-            optimizer.untie()
-
-    def new_loader() -> TrainLoader:
-        return TrainLoader(hp.train_files, hp, rt.rank, rt.world_size, rt.device, bigram_rows, capacity)
-
-    # Untimed warm-up: compile every shape the run will see by running the first steps and the
-    # steps around each stage transition on real data (eval included), then restore the initial state.
-    if hp.warmup:
-        warm_steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
-                                      if 0 <= s + d < schedule.total_steps})
-        log(f"warm-up (untimed): compiling on steps {warm_steps}")
-        initial_state = copy.deepcopy(model.state_dict())
-        loader = new_loader()
-        for step in warm_steps:
-            advance_windows(step)
-            evaluate(forward_schedule(step), num_batches=1)
-            train_step(step, loader)
-            sync()
-            log(f"warm-up step {step} done at {time.time() - PROCESS_START:.1f}s")
-        del loader
-        model.zero_grad(set_to_none=True)
-        model.load_state_dict(initial_state)
-        optimizer.reset()
-        model.reset_rotary()
-        window_state["long"] = schedule.windows(0)[1]
-        sync()
-        log(f"warm-up done in {time.time() - PROCESS_START:.1f}s since process start")
-
-    loader = new_loader()
-    sync()
-    log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
-    train_ms, t0 = 0.0, time.perf_counter()
-    stage_ms = {}  # stage -> train ms spent in it (synced at stage boundaries)
-    stage_start_ms, stage_now = 0.0, 0
-    total = schedule.total_steps
-    for step in range(total + 1):
-        last = step == total
-        advance_windows(step)
-        stage = schedule.stage(step)[0] if not last else 4
-        if stage != stage_now:  # sync at stage boundaries only, to report ms/step per stage
-            sync()
-            now_ms = train_ms + 1000 * (time.perf_counter() - t0)
-            stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
-            stage_start_ms, stage_now = now_ms, stage
-        if last or (hp.val_every > 0 and step % hp.val_every == 0):
-            sync()
-            train_ms += 1000 * (time.perf_counter() - t0)
-            val_loss = evaluate(forward_schedule(step, final=last)).item()
-            log(f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{train_ms:.0f}ms "
-                f"step_avg:{train_ms / max(step, 1):.2f}ms")
-            sync()
-            t0 = time.perf_counter()
-        if last:
-            break
-        train_step(step, loader)
-        approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
-        log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
-            console=(step + 1) % 10 == 0 or step + 1 == total)
-
-    log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
-    if hp.save_checkpoint and rt.is_master:
-        path = os.path.join(hp.log_dir, f"{hp.run_id}_final.pt")
-        torch.save(dict(config=dataclasses.asdict(hp), model=model.state_dict(), optimizer=optimizer.state_dict()), path)
-        log(f"saved {path}")
-    if rt.device.type == "cuda":
-        log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
-            f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
-    if rt.world_size > 1:
-        dist.destroy_process_group()
+    try:
+        if not hp.run_id:
+            box = [str(uuid.uuid4())]
+            if rt.world_size > 1:
+                dist.broadcast_object_list(box, 0)
+            hp.run_id = box[0]
+        log = Logger(hp, rt.is_master)
+        log(f"log: {log.path}")
+        log.record_environment(hp)
+        trainer = Trainer(hp, rt, log)
+        cfg = trainer.model.cfg
+        if rt.device.type != "cuda":
+            log("device cpu: attention uses masked SDPA, the LM head a bf16 matmul, kernels their PyTorch references")
+        else:
+            log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}")
+        trainer.run()
+    finally:
+        if rt.world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
     try:
-        main()
-    except (DataError, ShardError) as e:  # bad input: the message says what to fix, a traceback would not
+        sys.exit(main())
+    except (DataError, ShardError, NonFiniteError) as e:  # the message says what to do; a traceback would not
         sys.exit(f"error: {e}")

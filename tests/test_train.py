@@ -283,10 +283,51 @@ def test_unsupported_world_size_and_missing_cuda_fail_early():
         assert r.returncode != 0 and "CUDA is not available" in r.stderr
 
 
-def test_missing_train_data_fails_early(tmp_path, synthetic_data):
-    r = run_script(TINY_FLAGS + ["--train_files", str(tmp_path / "none_*.bin"), "--val_files", synthetic_data["val"],
+@pytest.mark.parametrize("problem, message", [("missing", "no train shards match"), ("corrupt", "bad magic number")])
+def test_bad_train_data_fails_early_with_a_clear_message(tmp_path, synthetic_data, problem, message):
+    if problem == "corrupt":
+        (tmp_path / "bad_train_000000.bin").write_bytes(b"not a shard" * 200)
+    r = run_script(TINY_FLAGS + ["--train_files", str(tmp_path / "bad_train_*.bin"), "--val_files", synthetic_data["val"],
                                  "--log_dir", str(tmp_path)])
-    assert r.returncode != 0 and "no train shards match" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_no_host_sync_inside_training_steps(monkeypatch, tmp_path, synthetic_data):
+    """The timed loop reads nothing back from the device per step (on a GPU, each read would be a
+    sync): no .item()/.tolist()/.cpu()/bool() of a tensor inside train_step."""
+    hp = tg.parse_args(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                     "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
+    trainer = tg.Trainer(hp, tg.Runtime(0, 1, torch.device("cpu"), 8), tg.Logger(hp, is_master=False))
+    reads = []
+    for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    for step in range(4):  # an Adam step (odd) and a NorMuon-only step (even) included
+        trainer.train_step(step, trainer.next_batches(step))
+    assert reads == []
+    monkeypatch.undo()
+    assert trainer.guard.read(1) is None  # the one read, where the loop already syncs
+
+
+def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
+    r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                 "--num_scheduled_steps", "9", "--val_every", "0", "--warmup", "False",
+                                 "--guard_every", "4", "--inject_fault_step", "5", "--log_dir", str(tmp_path),
+                                 "--run_id", "fault"])
+    capture = tmp_path / "fault_capture_rank0.pt"
+    assert r.returncode != 0 and "non-finite loss or gradient at step 5 (noticed at step 8)" in r.stderr, r.stderr[-2000:]
+    assert f"--replay {capture}" in r.stderr and capture.exists()
+    saved = torch.load(capture, weights_only=False)
+    assert saved["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
+    for name, w in saved["model"].items():
+        assert torch.isfinite(w.float()).all(), f"captured weights must be from before the bad step ({name})"
+    r = run_script(["--replay", str(capture), "--device", "cpu"])
+    assert r.returncode == 1 and "first non-finite activation: layer5.mlp" in r.stdout, r.stdout + r.stderr[-2000:]
+    assert "non-finite gradients:" in r.stdout
 
 
 # --- end to end ------------------------------------------------------------------------------
@@ -307,13 +348,14 @@ def val_losses(stdout: str) -> list[float]:
 def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "30", "--num_extension_steps", "2", "--val_every", "16",
-                                 "--log_dir", str(tmp_path), "--run_id", "smoke"])
+                                 "--profile_steps", "3:5", "--log_dir", str(tmp_path), "--run_id", "smoke"])
     assert r.returncode == 0, r.stderr[-3000:]
     losses = val_losses(r.stdout)
     assert len(losses) == 3 and losses[-1] < losses[0] - 1.0, losses
     assert re.search(r"step:32/32 val_loss:[\d.]+ train_time:\d+ms step_avg:[\d.]+ms", r.stdout)
     log = (tmp_path / "smoke.txt").read_text()
     assert "# kernels/transpose.py" in log and "config: " in log  # the log records code and settings
+    assert (tmp_path / "smoke_trace.json").stat().st_size > 0  # --profile_steps wrote a Chrome trace
 
 
 def test_two_processes_match_one_with_accumulation(tmp_path, synthetic_data):

@@ -89,7 +89,7 @@ class Hyperparameters:
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
     save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
     # reliability and debugging
-    guard_every: int = 25  # read the device-side non-finite flag every N steps (a host sync), and at validations
+    guard_every: int = 25  # read the device-side non-finite flag every N steps (a host sync) and at validations; 0: off
     inject_fault_step: int = -1  # tests only: poison one MLP output with NaN at this step
     profile_steps: str = ""  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
     sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
@@ -1397,7 +1397,8 @@ class Trainer:
             loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * self.model.cfg.loss_scale
             loss.backward()
             losses.append(loss.detach())
-        self.guard.observe(step, losses, [p.grad for p in self.model.parameters() if p.grad is not None])
+        if self.hp.guard_every > 0:
+            self.guard.observe(step, losses, [p.grad for p in self.model.parameters() if p.grad is not None])
         self.optimizer.step(*self.optimizer_args(step))
         if step == self.schedule.split_step:
             self.optimizer.untie()
@@ -1479,7 +1480,7 @@ class Trainer:
                 stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
                 stage_start_ms, stage_now = now_ms, stage
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
-            if step > 0 and (validate or step % hp.guard_every == 0):  # counted in train time: it is the guard's cost
+            if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # counted in train time: it is the guard's cost
                 bad = self.guard.read(rt.world_size)
                 if bad is not None:
                     path = self.capture_failure(good, bad, step)

@@ -1360,7 +1360,7 @@ class Trainer:
         """YaRN-extend the rotary tables whenever the long window grows (reset first when rewinding)."""
         block, windows = self.hp.window_block, self.schedule.windows
         wanted, long = [], windows(0)[1]
-        for s in self.schedule.transition_steps + [self.schedule.bounds[-2]]:
+        for s in self.schedule.transition_steps:
             if s <= step and windows(s)[1] != long:
                 wanted.append((long * block, windows(s)[1] * block))
                 long = windows(s)[1]
@@ -1371,14 +1371,13 @@ class Trainer:
             self.model.extend_rotary(old, new)
             self.rotary_extensions.append((old, new))
 
-    def evaluate(self, sched: ForwardSchedule, num_batches: int | None = None) -> Tensor:
+    def evaluate(self, sched: ForwardSchedule) -> Tensor:
         self.model.eval()
-        num_batches = num_batches or len(self.val)
         with torch.no_grad():
             total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
-                        for mb in map(self.val.batch, range(num_batches)))
+                        for mb in map(self.val.batch, range(len(self.val))))
         self.model.train()
-        loss = total / num_batches
+        loss = total / len(self.val)
         if self.rt.world_size > 1:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         return loss
@@ -1444,16 +1443,15 @@ class Trainer:
         return path
 
     def warmup(self):
-        """Untimed: compile every shape the run will see by running the first steps and the steps around
-        each stage transition on real data (one validation batch each), then restore the initial state."""
+        """Untimed: compile every training shape the run will time by running the first steps and the steps
+        around each stage transition on real data, then restore the initial state. Validation graphs are
+        left to the first validation of each window setting: validation is not timed."""
         schedule = self.schedule
         steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
                                  if 0 <= s + d < schedule.total_steps})
         self.log(f"warm-up (untimed): compiling on steps {steps}")
         initial = self.snapshot(0)
         for step in steps:
-            self.set_rotary(step)
-            self.evaluate(self.forward_schedule(step), num_batches=1)
             self.train_step(step, self.next_batches(step))
             self.sync()
             self.log(f"warm-up step {step} done at {time.time() - PROCESS_START:.1f}s")

@@ -791,9 +791,8 @@ class NorMuonAdam:
         self.tied = True
         maybe = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
-        self._polar_express = polar_express
         # 0-D CPU tensors for per-step values, so compiled graphs do not specialize on them
-        self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "momentum", "lr", "beta1", "beta2", "eps")}
+        self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "lr", "beta1", "beta2", "eps")}
 
     def _shard(self, name: str, t: Tensor) -> Tensor:
         """This rank's rows of a full-size tensor (param or grad), in the view the rule optimizes."""
@@ -875,8 +874,8 @@ class NorMuonAdam:
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]
-        self._scalar["momentum"].fill_(muon_momentum)
-        v = self._polar_express(grad.float(), state["momentum"], self._scalar["momentum"])  # (n, R, C) bf16
+        # momentum as a Python float: polar_express runs eagerly, and a CPU tensor would cost a copy to the GPU
+        v = polar_express(grad.float(), state["momentum"], muon_momentum)  # (n, R, C) bf16
         lr = self.hp.muon_lr * lr_scale
         self._scalar["lr"].fill_(lr)
         self._scalar["decay"].fill_(self.hp.muon_wd * PARAM_RULES[name].wd_mul * lr)
@@ -1554,6 +1553,7 @@ def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
                     fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
     torch.manual_seed(hp.seed)
     model = GPT(cfg).to(rt.device)
+    model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
     if rt.world_size > 1:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)

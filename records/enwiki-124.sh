@@ -9,6 +9,7 @@ logs=${2:?usage: records/enwiki-124.sh DATA_DIR LOG_DIR [flags...]}
 shift 2
 cd "$(dirname "$0")/.."
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+(( ngpu > 0 )) || { echo "records/enwiki-124.sh: no GPU visible; the proxy is a GPU benchmark" >&2; exit 1; }
 exec torchrun --standalone --nproc_per_node="$ngpu" train_gpt.py \
     --train_files "$data/enwiki_train_*.bin" --val_files "$data/enwiki_val_*.bin" --val_tokens 4194304 \
     --num_scheduled_steps 120 --num_extension_steps 4 --val_every 0 --log_dir "$logs" "$@"

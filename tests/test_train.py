@@ -358,26 +358,30 @@ def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     assert (tmp_path / "smoke_trace.json").stat().st_size > 0  # --profile_steps wrote a Chrome trace
 
 
-def test_two_processes_match_one_with_accumulation(tmp_path, synthetic_data):
-    """World size 2 (gloo, accumulation 4) trains the same model as world size 1 (accumulation 8).
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_data, world_size):
+    """World size 2 or 4 (gloo; accumulation 4 or 2) trains the same model as world size 1 (accumulation 8),
+    through the untie step.
 
     Tolerances: gradients are summed in bf16 in a different order, so results are not bitwise equal.
-    Val loss after 3 steps agrees to 2e-3. NorMuon banks agree to 3% (relative Frobenius norm). Adam's
+    Val loss after 6 steps agrees to 2e-3. NorMuon banks agree to 6% (relative Frobenius norm; the bf16
+    orthogonalization amplifies rounding step by step: ~1% after 3 steps, ~3.5% after 6, and world sizes
+    2 and 4 differ from each other as much as from world size 1, so it is noise, not a bias). Adam's
     first steps are nearly sign(grad) * lr, which turns rounding noise in near-zero gradients into
     full-size differences on a few elements, so Adam parameters only agree to 25%: still far from
     the 100% a wiring mistake (a shard never updated or gathered, a wrong reduction) produces.
     """
     common = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
-                           "--num_scheduled_steps", "3", "--num_extension_steps", "0", "--val_every", "0",
+                           "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--val_every", "0",
                            "--warmup", "False", "--log_dir", str(tmp_path), "--save_checkpoint", "True"]
     one = run_script(common + ["--run_id", "one"], nproc=1)
-    two = run_script(common + ["--run_id", "two"], nproc=2)
-    assert one.returncode == 0 and two.returncode == 0, (one.stderr[-2000:], two.stderr[-2000:])
-    (l1,), (l2,) = val_losses(one.stdout), val_losses(two.stdout)
+    many = run_script(common + ["--run_id", "many"], nproc=world_size)
+    assert one.returncode == 0 and many.returncode == 0, (one.stderr[-2000:], many.stderr[-2000:])
+    (l1,), (l2,) = val_losses(one.stdout), val_losses(many.stdout)
     assert abs(l1 - l2) < 2e-3, (l1, l2)
     s1 = torch.load(tmp_path / "one_final.pt")["model"]
-    s2 = torch.load(tmp_path / "two_final.pt")["model"]
+    s2 = torch.load(tmp_path / "many_final.pt")["model"]
     for name in s1:
         a, b = s1[name].float(), s2[name].float()
-        tol = 0.03 if tg.PARAM_RULES[name].optim == "normuon" else 0.25
+        tol = 0.06 if tg.PARAM_RULES[name].optim == "normuon" else 0.25
         assert (a - b).norm() <= tol * a.norm() + 1e-6, (name, ((a - b).norm() / a.norm()).item())

@@ -1476,6 +1476,8 @@ class Trainer:
                 now_ms = train_ms + 1000 * (time.perf_counter() - t0)
                 stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
                 stage_start_ms, stage_now = now_ms, stage
+            if last:  # before the final validation, so that its line ends the log
+                log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
             if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # counted in train time: it is the guard's cost
                 bad = self.guard.read(rt.world_size)
@@ -1507,7 +1509,6 @@ class Trainer:
             log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
                 console=(step + 1) % 10 == 0 or step + 1 == total)
 
-        log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
         if rt.device.type == "cuda":
             log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
                 f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")

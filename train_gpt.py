@@ -897,16 +897,6 @@ class NorMuonAdam:
             emb[key].copy_(self._shard("embed", full.T))
         self.tied = False
 
-    def reset(self):
-        """Back to the freshly constructed state (after the compile warm-up)."""
-        for state in self.state.values():
-            for key, value in state.items():
-                if key == "step":
-                    state[key] = 0
-                elif key != "lr_muls":
-                    value.zero_()
-        self.tied = True
-
     def state_dict(self) -> dict:
         return dict(tied=self.tied, state=copy.deepcopy(self.state))
 

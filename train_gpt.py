@@ -265,6 +265,7 @@ class GPTConfig:
     head_w_scale: float = 1.6 / 448
     head_grad_scale: float = 0.75 / 448  # times the loss scale 1/grad_accum_steps
     logit_cap: tuple = (23.0, 5.0, 7.5)  # logits -> A * sigmoid((z + B) / C)
+    attn_scale: float = 0.1  # softmax scale before YaRN (learned-scale experiments by @leloykun and @brendanh0gan)
     loss_scale: float = 1.0  # the training loss is multiplied by this (1 / grad_accum_steps) before backward
     eval_chunk: int = 32768  # rows of logits materialized at once during validation
 
@@ -308,13 +309,16 @@ class Rotary(nn.Module):
         width = 2 * head_dim if paired else head_dim
         self.register_buffer("cos", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
         self.register_buffer("sin", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
+        # YaRN's growth of the softmax scale, applied to queries: a tensor, so that a window change does
+        # not recompile the model the way a new Python float would
+        self.register_buffer("q_gain", torch.ones(()), persistent=False)
         self.reset()
 
     def reset(self):
         quarter = self.head_dim // 4
         freq = (1 / 1024) ** torch.linspace(0, 1, quarter, device=self.cos.device)
         self.freq = torch.cat([freq.repeat_interleave(2), freq.new_zeros(2 * quarter)])  # (head_dim,)
-        self.attn_scale = 0.1  # softmax scale; learned-scale experiments by @leloykun and @brendanh0gan
+        self.q_gain.fill_(1.0)
         self._fill_tables()
 
     def extend(self, old_window: int, new_window: int, alpha: float = 1.0, beta: float = 32.0):
@@ -323,7 +327,7 @@ class Rotary(nn.Module):
         keep = ((turns - alpha) / (beta - alpha)).clamp(0, 1)
         ratio = old_window / new_window
         self.freq = self.freq * (ratio + keep * (1 - ratio))
-        self.attn_scale *= 0.2 * math.log(new_window / old_window) + 1
+        self.q_gain.mul_(0.2 * math.log(new_window / old_window) + 1)
         self._fill_tables()
 
     def _fill_tables(self):
@@ -387,6 +391,13 @@ class ForwardSchedule:
 
 # FP8 LM head fused with the soft-capped cross entropy (FP8 matmul by @YouJiacheng, transposed
 # head by @ChrisJMcCormick). Custom ops keep the Triton/cuBLASLt calls opaque to torch.compile.
+# FP8 matmuls need both operands with the reduced dimension contiguous, so some operands are
+# transposed; PyTorch's own FP8 copy is ~10x slower than the tiled Triton transpose (18 ms for the
+# (49152, 50304) logit gradient).
+def transposed(t: Tensor) -> Tensor:
+    return transpose_copy(t, t.new_empty(t.shape[::-1]))
+
+
 @torch.library.custom_op("nanogpt::head_loss", mutates_args=())
 def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, x_scale: float, w_scale: float,
                  grad_scale: float, fp8: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -396,7 +407,7 @@ def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, x_s
         x8 = x.div(x_scale).to(torch.float8_e4m3fn)
         w8 = w.div(w_scale).to(torch.float8_e4m3fn)
         one = x.new_ones((), dtype=torch.float32)
-        logits = torch._scaled_mm(x8, w8.T.contiguous().T, scale_a=one * x_scale, scale_b=one * w_scale,
+        logits = torch._scaled_mm(x8, transposed(w8).T, scale_a=one * x_scale, scale_b=one * w_scale,
                                   out_dtype=torch.bfloat16, use_fast_accum=True)
     else:
         x8, w8 = x.new_empty(0), x.new_empty(0)
@@ -423,7 +434,7 @@ def head_loss_backward_op(grad_losses: Tensor, logits: Tensor, lse: Tensor, targ
         one = g8.new_ones((), dtype=torch.float32)
         grad_x = torch._scaled_mm(g8, w_saved.T, scale_a=one * grad_scale, scale_b=one * w_scale,
                                   out_dtype=torch.bfloat16, use_fast_accum=False)
-        grad_w = torch._scaled_mm(x_saved.T.contiguous(), g8.T.contiguous().T, scale_a=one * x_scale,
+        grad_w = torch._scaled_mm(transposed(x_saved), transposed(g8).T, scale_a=one * x_scale,
                                   scale_b=one * grad_scale, out_dtype=torch.float32, use_fast_accum=False)
         return grad_x, grad_w.to(torch.bfloat16)
     g = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, out_dtype=logits.dtype)
@@ -649,25 +660,25 @@ class GPT(nn.Module):
         q, k, v = F.linear(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
         q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
         max_len = sched.max_seq_len if self.training else T
+        rot = self.rotary_paired if paired else self.rotary
         if paired:
             # Paired heads: the (T, H*Dh) rows are re-read as (2T, H/2*Dh), so rows 2t and 2t+1 hold heads
             # m and m + H/2 of token t and attend to each other's keys; rotary gives them positions 2t, 2t+1.
-            q = self.rotary_paired(q.reshape(T, H // 2, 2 * Dh)).view(2 * T, H // 2, Dh)
-            k = self.rotary_paired(k.reshape(T, H // 2, 2 * Dh)).view(2 * T, H // 2, Dh)
+            q = (rot(q.reshape(T, H // 2, 2 * Dh)) * rot.q_gain).view(2 * T, H // 2, Dh)
+            k = rot(k.reshape(T, H // 2, 2 * Dh)).view(2 * T, H // 2, Dh)
             v = v.reshape(2 * T, H // 2, Dh)
             if ve is not None:
                 gate = 2 * torch.sigmoid(F.linear(x[:, :G], ve_gate_w)).view(2 * T, H // 2, 1)
                 v = v + gate * ve.view(2 * T, H // 2, Dh)
             cu_seqlens, max_len = 2 * cu_seqlens, 2 * max_len
         else:
-            q, k = self.rotary(q), self.rotary(k)
+            q, k = rot(q) * rot.q_gain, rot(k)
             if key_offset:  # stationary channels of each key see the previous token: 1-layer induction heads
                 k = torch.cat([k[:, :, :Dh // 2], torch.cat([k[:1, :, Dh // 2:], k[:-1, :, Dh // 2:]])], dim=-1)
             if ve is not None:  # gate reads the stream and the value embedding (@photomz)
                 gate_in = torch.cat([x[:, :G // 2], ve[:, :G // 2]], dim=-1)
                 v = v + 2 * torch.sigmoid(F.linear(gate_in, ve_gate_w)).view(T, H, 1) * ve.view(T, H, Dh)
-        rot = self.rotary_paired if paired else self.rotary
-        y = attend(q, k, v, cu_seqlens, max_len, rot.attn_scale, window, cfg.attention).reshape(T, H, Dh)
+        y = attend(q, k, v, cu_seqlens, max_len, cfg.attn_scale, window, cfg.attention).reshape(T, H, Dh)
         y = y * torch.sigmoid(F.linear(x[:, :G], out_gate_w)).view(T, H, 1)  # sparse per-head gate (@classiclarryd)
         return F.linear(y.reshape(T, D), lam[1] * w[3 * D:])
 
@@ -1166,11 +1177,16 @@ class Schedule:
         return self.hp.stage_windows[self.stage(step)[0]]
 
     def mtp_weights(self, step: int) -> list[float]:
+        """Loss weights of predicting tokens t+1, t+2, ...; padded with zeros to the longest stage's count
+        so that the weights tensor keeps one shape (and the compiled model one graph) over the run."""
         i, frac = self.stage(step)
         if i == 3:
-            return list(self.hp.stage_mtp_weights[2][1])
-        start, end = self.hp.stage_mtp_weights[i]
-        return [a + (b - a) * frac for a, b in zip(start, end)]
+            weights = list(self.hp.stage_mtp_weights[2][1])
+        else:
+            start, end = self.hp.stage_mtp_weights[i]
+            weights = [a + (b - a) * frac for a, b in zip(start, end)]
+        width = max(len(w) for stage in self.hp.stage_mtp_weights for w in stage)
+        return weights + [0.0] * (width - len(weights))
 
     def lr_scale(self, step: int) -> float:
         """Stage multiplier, then a linear cooldown to final_lr_frac over the last cooldown_frac."""
@@ -1317,9 +1333,9 @@ class Trainer:
         self.hp, self.rt, self.log = hp, rt, log
         self.schedule = Schedule(hp)
         self.model = build_model(hp, rt)
-        if hp.compile:
-            torch._dynamo.config.recompile_limit = 64  # one graph per stage shape and window setting
-        self.forward = torch.compile(self.model, dynamic=False, fullgraph=True) if hp.compile else self.model
+        # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
+        # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
+        self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if hp.compile else self.model
         self.optimizer = NorMuonAdam(self.model, hp, rt.rank, rt.world_size, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
@@ -1451,6 +1467,8 @@ class Trainer:
         hp, rt, schedule, log = self.hp, self.rt, self.schedule, self.log
         if hp.warmup:
             self.warmup()
+        if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
+            torch._logging.set_logs(recompiles=True)
         self.sync()
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
         profiler = self.make_profiler()

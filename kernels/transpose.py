@@ -38,6 +38,10 @@ TRANSPOSE_CONFIGS = {
 }
 # 64-element segments are >= 128 bytes for bf16 and fp32, a full cache line either way.
 TRANSPOSE_GENERIC = TransposeConfig(block_m=64, block_n=64, num_warps=4, ctas_per_sm=4)
+# 1-byte elements (the FP8 LM head's operands and logit gradients, copy only): 128-element segments
+# keep every read and write a full 128-byte line. Not swept; chosen by that rule.
+TRANSPOSE_BYTES = TransposeConfig(block_m=128, block_n=128, num_warps=8, ctas_per_sm=4)
+BYTE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8, torch.int8)
 
 
 @triton.jit
@@ -74,11 +78,14 @@ def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
     M, N = src.shape
     assert dst.shape == (N, M), f"dst must be (N, M) = {(N, M)} for src {(M, N)}, got {tuple(dst.shape)}"
     assert src.dtype == dst.dtype, f"dtype mismatch: src {src.dtype}, dst {dst.dtype}"
-    assert src.dtype in (torch.bfloat16, torch.float16, torch.float32), f"unsupported dtype {src.dtype}"
+    copyable = (torch.bfloat16, torch.float16, torch.float32) + (() if accumulate else BYTE_DTYPES)
+    assert src.dtype in copyable, f"unsupported dtype {src.dtype} for transpose_{'add' if accumulate else 'copy'}"
     assert src.device == dst.device, f"device mismatch: src {src.device}, dst {dst.device}"
     assert src.is_contiguous() and dst.is_contiguous(), "src and dst must be contiguous"
     if src.numel() == 0:
         return dst
+    if config is None and src.dtype in BYTE_DTYPES:
+        config = TRANSPOSE_BYTES
     if config is None:
         capability = torch.cuda.get_device_capability(src.device) if src.is_cuda else None
         config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
@@ -87,8 +94,10 @@ def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
     if config.ctas_per_sm:
         sms = torch.cuda.get_device_properties(src.device).multi_processor_count if src.is_cuda else 1
         grid_size = min(num_tiles, config.ctas_per_sm * sms)
+    bytewise = src.dtype in BYTE_DTYPES  # moved as raw bytes: one kernel for every 1-byte type
     _transpose_kernel[(grid_size,)](
-        src, dst, M, N, src.stride(0), dst.stride(0),
+        src.view(torch.uint8) if bytewise else src, dst.view(torch.uint8) if bytewise else dst,
+        M, N, src.stride(0), dst.stride(0),
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, ACCUMULATE=accumulate,
         num_warps=config.num_warps,
     )

@@ -73,7 +73,7 @@ def test_schedule_matches_record():
     assert s.bounds == [0, 483, 967, 1450, 1490] and s.split_step == 967
     assert s.windows(0) == (1, 3) and s.windows(1450) == (6, 13)
     assert s.micro_batch_tokens(500) == 32768 and s.seq_len(0) == 896
-    assert s.mtp_weights(0) == [1.0, 0.5, 0.25] and s.mtp_weights(1489) == [1.0]
+    assert s.mtp_weights(0) == [1.0, 0.5, 0.25] and s.mtp_weights(1489) == [1.0, 0.0, 0.0]
     assert s.lr_scale(0) == 1.0 and s.lr_scale(1450) == pytest.approx(0.15)
     assert s.muon_momentum(0) == pytest.approx(0.85) and s.muon_momentum(600) == pytest.approx(0.95)
     assert s.muon_momentum(1490) == pytest.approx(0.85)
@@ -114,21 +114,39 @@ def test_zero_init_outputs_and_lane_wiring():
     assert g["x0_lambdas"][cfg.mlp_only_layer] == 0 and g["bigram_lambdas"][cfg.mlp_only_layer] == 0
 
 
-def test_model_traces_whole_under_torch_compile():
-    """fullgraph tracing of forward and backward (AOTAutograd) with the GPU configuration's custom ops:
-    a Triton launch that the compiler would trace into, or a graph break, fails here. On a CPU the
-    Triton MLP runs through the interpreter (values are not checked: it mishandles bf16)."""
+def test_model_compiles_once_for_every_stage():
+    """fullgraph tracing of forward and backward (AOTAutograd) with the GPU configuration's custom ops,
+    as the trainer compiles it: a Triton launch that the compiler would trace into, or a graph break,
+    fails here, and so does a recompile when the token count, windows, MTP weights or YaRN scale change
+    between stages (each costs about a minute of start-up on a GPU). On a CPU the Triton MLP runs through
+    the interpreter (values are not checked: it mishandles bf16)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
     cuda = torch.cuda.is_available()
     cfg = tg.GPTConfig(vocab_size=256, model_dim=64, num_heads=2, head_dim=32, max_seq_len=512, fused_mlp=True,
                        fp8_head=cuda, attention="varlen" if cuda else "sdpa")
     torch.manual_seed(0)
     model = tg.GPT(cfg).to("cuda" if cuda else "cpu")
-    mb, sched = batch_for(model, 128)
-    if cuda:
-        mb = tg.MicroBatch(*(t.cuda() for t in (mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram)))
-        sched = dataclasses.replace(sched, mtp_weights=sched.mtp_weights.cuda())
-    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)
-    compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+    graphs = []
+    count = aot_autograd(fw_compiler=lambda gm, _: graphs.append("fw") or make_boxed_func(gm),
+                         bw_compiler=lambda gm, _: graphs.append("bw") or make_boxed_func(gm))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=count, fullgraph=True, dynamic=True)
+    hp = tg.Hyperparameters(micro_batch_tokens=(128, 256, 384), stage_seq_lens=(64, 128, 128), window_block=8,
+                            num_scheduled_steps=3, num_extension_steps=1)
+    schedule = tg.Schedule(hp)
+    for step in range(schedule.total_steps):  # one step per stage, then the extension (YaRN grows the scale)
+        T = schedule.micro_batch_tokens(step)
+        mb, _ = batch_for(model, T, seed=step)
+        short, long = schedule.windows(step)
+        if step == schedule.total_steps - 1:
+            model.extend_rotary(schedule.windows(step - 1)[1] * 8, long * 8)
+        sched = tg.ForwardSchedule(short * 8, long * 8, schedule.seq_len(step), torch.tensor(schedule.mtp_weights(step)))
+        if cuda:
+            mb = tg.MicroBatch(*(t.cuda() for t in (mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram)))
+            sched = dataclasses.replace(sched, mtp_weights=sched.mtp_weights.cuda())
+        compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+    assert graphs == ["fw", "bw"], f"expected one forward and one backward graph for all stages, got {graphs}"
     assert all(p.grad is not None for p in model.parameters())
     model.eval()
     with torch.no_grad():

@@ -50,6 +50,25 @@ def test_transpose_add(shape, case):
     assert_close(dst, expected, atol=atol, rtol=rtol, name="transpose_add")
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8], ids=str)
+@pytest.mark.parametrize("shape", [(37, 1001), (1, 300), (257, 129),
+                                   pytest.param((4096, 50304), marks=GPU_ONLY, id="fp8_logit_grads")])
+def test_transpose_copy_bytes(shape, dtype):
+    """1-byte types (the FP8 LM head's operands) are copied bit for bit; NaN bytes poison dst."""
+    bits = torch.randint(0, 256, shape, dtype=torch.uint8, device=DEVICE)
+    src = bits.view(dtype)
+    dst = torch.full(shape[::-1], 0x7F, dtype=torch.uint8, device=DEVICE).view(dtype)  # 0x7F: NaN in both FP8 types
+    out = transpose_copy_triton(src, dst)
+    assert out is dst and out.dtype == dtype
+    assert torch.equal(dst.view(torch.uint8), bits.T), "transpose_copy of bytes is not exact"
+
+
+def test_transpose_add_rejects_bytes():
+    src = torch.zeros(4, 6, dtype=torch.float8_e5m2, device=DEVICE)
+    with pytest.raises(AssertionError, match="unsupported dtype"):
+        transpose_add_triton(src, torch.zeros(6, 4, dtype=src.dtype, device=DEVICE))
+
+
 @pytest.mark.parametrize("config", [
     TransposeConfig(block_m=32, block_n=64, num_warps=4, ctas_per_sm=0),  # one program per tile
     TransposeConfig(block_m=16, block_n=32, num_warps=2, ctas_per_sm=1),  # few programs, many tiles each

@@ -311,7 +311,10 @@ def run_script(args, env_extra=None, nproc=None, timeout=600):
     env.update(env_extra or {})
     cmd = [sys.executable, "train_gpt.py"] if nproc is None else \
         [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train_gpt.py"]
-    return subprocess.run(cmd + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(cmd + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:  # pytest shows captured prints of a failing test in full; assert messages get cut
+        print(f"$ {' '.join(cmd + args)}\n--- exit {result.returncode}, stderr:\n{result.stderr}")
+    return result
 
 
 def test_unsupported_world_size_and_missing_cuda_fail_early():

@@ -1594,6 +1594,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}")
         trainer.run()
+        if rt.world_size > 1:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
+            dist.barrier()
     finally:
         if rt.world_size > 1 and dist.is_initialized():
             dist.destroy_process_group()

@@ -4,6 +4,7 @@ end-to-end runs (one process, and two gloo processes against one with accumulati
     python3 -m pytest -q tests/test_train.py
 """
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -427,3 +428,17 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
         a, b = s1[name].float(), s2[name].float()
         tol = 0.06 if tg.PARAM_RULES[name].optim == "normuon" else 0.25
         assert (a - b).norm() <= tol * a.norm() + 1e-6, (name, ((a - b).norm() / a.norm()).item())
+
+
+def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
+    """records/trace_summary.py: per-step GPU time by family, and idle time between kernels."""
+    sys.path.insert(0, str(REPO / "records"))
+    import trace_summary
+    kernels = [("triton_poi_fused_add_0", 0, 100), ("nvjet_sm90_tst_gemm", 150, 200), ("_transpose_kernel", 400, 100)]
+    events = [{"cat": "kernel", "name": n, "ts": ts, "dur": dur} for n, ts, dur in kernels] + [{"cat": "cpu_op", "name": "x"}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace_summary.main(str(path), steps=1)
+    out = capsys.readouterr().out
+    assert "GPU busy 0.4 ms/step, idle inside the window 0.1 ms/step" in out
+    assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out

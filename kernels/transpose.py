@@ -1,5 +1,6 @@
 """Transpose-copy and transpose-add: keep the tied token embedding (V, D) and the transposed LM
-head (D, V) in sync (V = 50304, D = 768).
+head (D, V) in sync (V = 50304, D = 768). transpose_copy also moves 1-byte types: the FP8 LM head
+needs its weights, inputs and (T, V) logit gradients in both layouts.
 
 Provenance: the idea of dedicated tiled transpose kernels for the tied embedding comes from
 modded-nanogpt PR #233 (https://github.com/KellerJordan/modded-nanogpt/pull/233); this code is

@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from kernels.embedding import embedding_grad_add
 from kernels.polar_express import polar_express
 from kernels.relu_square import matmul_relu_square_triton, relu_square_mlp_reference
 from kernels.softcapped_ce import softcapped_ce_backward, softcapped_ce_forward
@@ -86,6 +87,7 @@ class Hyperparameters:
     # runtime
     device: str = "auto"  # auto | cuda | cpu
     compile: bool = True  # torch.compile the model and optimizer math
+    cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
     save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
     # reliability and debugging
@@ -465,6 +467,47 @@ def _head_loss_backward(ctx, grad_losses, *_):
 head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_setup)
 
 
+# Token-table lookups whose backward scatter-adds the looked-up rows' gradients into an fp32 accumulator
+# (GPT.gradients) instead of returning a dense table-sized gradient. Autograd's way costs ~3 ms per micro-batch
+# on an H100 for the 11 x 50304-row tables (zero-fill, scatter, round, add to .grad), at any batch size.
+# Several lookups in one table are one op with separate outputs (the value-embedding tables are one parameter):
+# the table's buffer is then mutated once per backward, and no kernel stacks the outputs' gradients.
+@torch.library.custom_op("nanogpt::lookup", mutates_args=())
+def lookup_op(table: Tensor, idx: Tensor, grad_acc: Tensor) -> list[Tensor]:
+    """idx: (n, T) rows -> n tensors table[idx[i]] (T, D). grad_acc: fp32, table-shaped; the backward adds into it."""
+    return [F.embedding(rows, table) for rows in idx]
+
+
+@lookup_op.register_fake
+def _(table, idx, grad_acc):
+    return [table.new_empty(idx.size(1), table.size(1)) for _ in range(idx.size(0))]
+
+
+@torch.library.custom_op("nanogpt::lookup_backward", mutates_args=("grad_acc",))
+def lookup_backward_op(grads: list[Tensor], idx: Tensor, grad_acc: Tensor) -> None:
+    for grad, rows in zip(grads, idx):
+        embedding_grad_add(grad, rows, grad_acc)
+
+
+@lookup_backward_op.register_fake
+def _(grads, idx, grad_acc):
+    return None
+
+
+def _lookup_setup(ctx, inputs, output):
+    _, idx, grad_acc = inputs
+    ctx.save_for_backward(idx, grad_acc)
+
+
+def _lookup_backward(ctx, grads):
+    idx, grad_acc = ctx.saved_tensors
+    lookup_backward_op([g.contiguous() for g in grads], idx, grad_acc)
+    return None, None, None  # the table's gradient is in grad_acc
+
+
+lookup_op.register_autograd(_lookup_backward, setup_context=_lookup_setup)
+
+
 # Fused MLP: relu(x W_inᵀ)² W_out with the ReLU² in the matmul's epilogue (kernel idea by @andrewbriand,
 # @jrauvola), as a custom op so torch.compile treats the Triton kernel as one opaque call.
 @torch.library.custom_op("nanogpt::relu_square_mlp", mutates_args=())
@@ -547,8 +590,24 @@ class GPT(nn.Module):
         self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
         self.rotary = Rotary(cfg.head_dim, cfg.max_seq_len, paired=False)
         self.rotary_paired = Rotary(cfg.head_dim, cfg.max_seq_len, paired=True)
+        # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The
+        # token tables sum theirs in fp32 buffers, written by lookup_op's backward; autograd fills the rest.
+        for name, p in self.named_parameters():
+            if name in self.LOOKUP_TABLES:
+                self.register_buffer(f"{name}_grad", torch.zeros(p.shape), persistent=False)
+            else:
+                p.grad = torch.zeros_like(p)
 
     SCALARS = {"smear": 0, "backout": 1, "skip": 2}  # skip gate starts at sigmoid(-1.5) ~ 0.18
+    LOOKUP_TABLES = ("embed", "value_embeds", "bigram_embed")
+
+    def gradients(self) -> dict[str, Tensor]:
+        """Every parameter's gradient, summed over micro-batches until the optimizer zeroes it."""
+        return {name: getattr(self, f"{name}_grad") if name in self.LOOKUP_TABLES else p.grad
+                for name, p in self.named_parameters()}
+
+    def _lookup(self, name: str, idx: Tensor) -> list[Tensor]:
+        return lookup_op(getattr(self, name), idx, getattr(self, f"{name}_grad"))
 
     def muon_matrix_shapes(self) -> dict[str, tuple[int, int, int]]:
         """How NorMuon sees each bank: a stack of matrices that ranks own whole."""
@@ -589,20 +648,18 @@ class GPT(nn.Module):
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
         mlp = (lambda *a: relu_square_mlp_op(*a)[0]) if cfg.fused_mlp else relu_square_mlp_reference
-        # One lookup in all value-embedding tables (row k*V + token of table k): its backward accumulates in
-        # fp32, where indexing the (n_ve, V, D) view scatter-adds bf16 (4.3 ms a 49k-token micro-batch on an H100).
+        # Value-embedding table k is rows k*V.. of one parameter
         n_ve = len(cfg.value_embed_layers)
         rows = inputs + V * torch.arange(n_ve, device=inputs.device)[:, None]  # (n_ve, T)
-        ve_tables = F.embedding(rows, self.value_embeds).unbind(0)  # (T, D) each
-        value_embed = dict(zip(cfg.value_embed_layers, ve_tables))
+        value_embed = dict(zip(cfg.value_embed_layers, self._lookup("value_embeds", rows)))
         ve_gate = dict(zip(cfg.value_embed_layers, self.ve_gate_bank.unbind(0)))
 
         # Embedding; smear each token's embedding forward one position through a gate (@classiclarryd)
-        x = F.embedding(inputs, self.embed)  # (T, D)
+        x = self._lookup("embed", inputs[None])[0]  # (T, D)
         smear = smear_lam * torch.sigmoid(F.linear(x[1:, :G], self.smear_gate))  # (T-1, 1)
         x = torch.cat([x[:1], x[1:] + smear * x[:-1]])
         x0 = norm(x)
-        bigram = F.embedding(bigram_inputs, self.bigram_embed)  # (T, D)
+        bigram = self._lookup("bigram_embed", bigram_inputs[None])[0]  # (T, D)
         probe("embed", x0)
         probe("bigram_embed", bigram)
 
@@ -781,6 +838,7 @@ class NorMuonAdam:
     def __init__(self, model: GPT, hp: Hyperparameters, rank: int, world_size: int, compile: bool):
         self.hp, self.rank, self.world_size = hp, rank, world_size
         self.params = dict(model.named_parameters())
+        self.gradients = model.gradients
         assert set(self.params) == set(PARAM_RULES) == set(WORK_ORDER), "every parameter needs a PARAM_RULES row"
         self.matrix_shapes = model.muon_matrix_shapes()
         self.state: dict[str, dict] = {}
@@ -844,9 +902,10 @@ class NorMuonAdam:
         """lr_scale: the schedule's multiplier on every base lr."""
         active = [n for n in PARAM_RULES if (do_adam or PARAM_RULES[n].optim == "normuon")
                   and not (self.tied and n == "embed")]
+        grads = self.gradients()
         if self.tied and do_adam:  # the embedding's gradient belongs to the head while they are tied
-            transpose_add(self.params["embed"].grad, self.params["lm_head"].grad)
-        reductions = {n: self._launch_reduce(n, self.params[n].grad) for n in active}  # phase 1
+            transpose_add(grads["embed"], grads["lm_head"])
+        reductions = {n: self._launch_reduce(n, grads[n]) for n in active}  # phase 1
 
         gathers, head_gather = [], None
         for name in (n for n in WORK_ORDER if n in reductions):  # phase 2
@@ -871,9 +930,8 @@ class NorMuonAdam:
             gathers.append(head_gather)
         for work in gathers:
             work.wait()
-        for name, p in self.params.items():
-            if do_adam or PARAM_RULES[name].optim == "normuon":
-                p.grad = None  # Adam grads otherwise keep accumulating until the next odd step
+        # in place, as the gradients persist; Adam's keep accumulating until the next odd step
+        torch._foreach_zero_([g for n, g in grads.items() if do_adam or PARAM_RULES[n].optim == "normuon"])
 
     def _adam_step(self, name: str, grad: Tensor, lr_scale: float):
         rule, state = PARAM_RULES[name], self.state[name]
@@ -959,6 +1017,9 @@ class MicroBatch:
     targets: Tensor  # (T,) int64, inputs shifted by one
     cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
     bigram: Tensor  # (T,) int32 rows of the bigram table
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs, self.targets, self.cu_seqlens, self.bigram
 
 
 class IndexedShard:
@@ -1293,6 +1354,8 @@ def replay(hp: Hyperparameters) -> int:
     rt = Runtime(0, 1, rt.device, capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
     model = build_model(saved, rt)
     model.load_state_dict(capture["model"])
+    for name, grad in model.gradients().items():  # Adam's gradients carry over from the step before
+        grad.copy_(capture["grads"][name])
     model.reset_rotary()
     for old, new in capture["rotary_extensions"]:
         model.extend_rotary(old, new)
@@ -1312,7 +1375,7 @@ def replay(hp: Hyperparameters) -> int:
         if bad:
             print(f"micro-batch {i}: first non-finite activation: {bad[0]} (then {', '.join(bad[1:4]) or 'none'})")
             found = True
-    bad_grads = first_nonfinite([(n, p.grad) for n, p in model.named_parameters()])
+    bad_grads = first_nonfinite(list(model.gradients().items()))
     if bad_grads:
         print(f"non-finite gradients: {', '.join(bad_grads)}")
         found = True
@@ -1330,6 +1393,43 @@ def replay(hp: Hyperparameters) -> int:
     return 1 if found else 0
 
 
+class MicroStepGraphs:
+    """Runs forward_backward as CUDA graphs, one per micro-batch shape (one per stage).
+
+    Without graphs the host limits stage 1: its ~660 kernels per micro-batch cost more host time (Python,
+    custom-op dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs
+    normally (it compiles and loads kernels), the second is captured, and from then on each is one replay.
+    A graph replays the addresses it captured: batches are copied into static tensors, the schedule's
+    tensors (MTP weights, rotary tables) change in place, and gradients sum into persistent tensors
+    (GPT.gradients). The graphs share one memory pool: they run one at a time, and none keeps anything
+    alive between replays but its loss.
+    """
+
+    def __init__(self, forward_backward):
+        self.forward_backward = forward_backward  # (MicroBatch, ForwardSchedule) -> scaled loss
+        self.graphs: dict[tuple, tuple] = {}  # shape key -> (graph, static batch, its loss tensor)
+        self.seen: set[tuple] = set()
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def __call__(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
+        key = (*(t.shape for t in mb.tensors()), sched.short_window, sched.long_window, sched.max_seq_len,
+               sched.fault_layer)
+        if key not in self.graphs:
+            if key not in self.seen:
+                self.seen.add(key)
+                return self.forward_backward(mb, sched)
+            static = MicroBatch(*(t.clone() for t in mb.tensors()))
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                loss = self.forward_backward(static, sched)
+            self.graphs[key] = graph, static, loss
+        graph, static, loss = self.graphs[key]
+        for dst, src in zip(static.tensors(), mb.tensors()):
+            dst.copy_(src)
+        graph.replay()
+        return loss.clone()  # the next replay overwrites `loss`
+
+
 class Trainer:
     """Owns the model, optimizer, schedule and data; runs steps, validations, warm-up and rewinds."""
 
@@ -1345,8 +1445,11 @@ class Trainer:
         self.capacity = CuSeqlensCapacity(log)
         self.val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
         self.loader = self.new_loader()
-        self.mtp = [torch.tensor(self.schedule.mtp_weights(s), device=rt.device)
-                    for s in range(self.schedule.total_steps + 1)]
+        self.mtp_table = torch.tensor([self.schedule.mtp_weights(s) for s in range(self.schedule.total_steps + 1)],
+                                      device=rt.device)  # (steps + 1, K)
+        self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
+        graphs = hp.cuda_graphs and rt.device.type == "cuda"
+        self.micro_step = MicroStepGraphs(self.forward_backward) if graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         self.guard = NonFiniteGuard(rt.device)
 
@@ -1359,10 +1462,13 @@ class Trainer:
             torch.cuda.synchronize()
 
     def forward_schedule(self, step: int, final: bool = False) -> ForwardSchedule:
+        """The forward's settings at `step`. The MTP weights tensor is one tensor updated in place (a CUDA
+        graph reads it at its captured address)."""
         short, long = self.schedule.windows(step)
         block = self.hp.window_block
+        self.mtp_weights.copy_(self.mtp_table[step])
         return ForwardSchedule(short * block, (self.hp.final_long_window if final else long) * block,
-                               self.schedule.seq_len(step), self.mtp[step],
+                               self.schedule.seq_len(step), self.mtp_weights,
                                self.model.cfg.num_layers // 2 if step == self.hp.inject_fault_step else -1)
 
     def set_rotary(self, step: int):
@@ -1397,27 +1503,32 @@ class Trainer:
     def optimizer_args(self, step: int) -> tuple[float, float, bool]:
         return self.schedule.lr_scale(step), self.schedule.muon_momentum(step), step % 2 == 1
 
+    def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
+        """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
+        loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * self.model.cfg.loss_scale
+        loss.backward()
+        return loss.detach()
+
     def train_step(self, step: int, batches: list[MicroBatch]):
         self.set_rotary(step)
         sched = self.forward_schedule(step)
-        losses = []
-        for mb in batches:
-            loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * self.model.cfg.loss_scale
-            loss.backward()
-            losses.append(loss.detach())
+        losses = [self.micro_step(mb, sched) for mb in batches]
         if self.hp.guard_every > 0:
-            self.guard.observe(step, losses, [p.grad for p in self.model.parameters() if p.grad is not None])
+            self.guard.observe(step, losses, list(self.model.gradients().values()))
         self.optimizer.step(*self.optimizer_args(step))
         if step == self.schedule.split_step:
             self.optimizer.untie()
 
     def snapshot(self, step: int) -> dict:
-        """Everything the next steps depend on (weights, optimizer state, data position)."""
+        """Everything the next steps depend on (weights, gradients held for Adam's next step, optimizer state,
+        data position)."""
         return dict(step=step, loader=self.loader.position(), optimizer=self.optimizer.state_dict(),
-                    model={k: v.detach().clone() for k, v in self.model.state_dict().items()})
+                    model={k: v.detach().clone() for k, v in self.model.state_dict().items()},
+                    grads={k: v.clone() for k, v in self.model.gradients().items()})
 
     def restore(self, snap: dict):
-        self.model.zero_grad(set_to_none=True)
+        for name, grad in self.model.gradients().items():  # in place: CUDA graphs hold their addresses
+            grad.copy_(snap["grads"][name])
         self.model.load_state_dict(snap["model"])
         self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])
@@ -1436,6 +1547,7 @@ class Trainer:
             step=bad_step, detected_at=detected_at, rank=self.rt.rank, world_size=self.rt.world_size,
             grad_accum_steps=self.rt.grad_accum_steps, config=dataclasses.asdict(self.hp),
             model={k: v.to("cpu", copy=True) for k, v in self.model.state_dict().items()},  # copy: step runs next
+            grads={k: v.to("cpu", copy=True) for k, v in self.model.gradients().items()},
             optimizer=self.optimizer.state_dict(), optimizer_args=self.optimizer_args(bad_step),
             rotary_extensions=list(self.rotary_extensions),
             forward=dict(short_window=sched.short_window, long_window=sched.long_window,
@@ -1592,7 +1704,7 @@ def main(argv: list[str] | None = None) -> int:
         if rt.device.type != "cuda":
             log("device cpu: attention uses masked SDPA, the LM head a bf16 matmul, kernels their PyTorch references")
         else:
-            log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}")
+            log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
         trainer.run()
         if rt.world_size > 1:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
             dist.barrier()

@@ -78,7 +78,9 @@ def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
     assert src.ndim == 2, f"src must be 2-D (M, N), got shape {tuple(src.shape)}"
     M, N = src.shape
     assert dst.shape == (N, M), f"dst must be (N, M) = {(N, M)} for src {(M, N)}, got {tuple(dst.shape)}"
-    assert src.dtype == dst.dtype, f"dtype mismatch: src {src.dtype}, dst {dst.dtype}"
+    # transpose_add may also fold an fp32 src into a lower-precision dst (an fp32 gradient accumulator)
+    assert src.dtype == dst.dtype or (accumulate and src.dtype == torch.float32), \
+        f"dtype mismatch: src {src.dtype}, dst {dst.dtype} (only transpose_add takes an fp32 src for any dst)"
     copyable = (torch.bfloat16, torch.float16, torch.float32) + (() if accumulate else BYTE_DTYPES)
     assert src.dtype in copyable, f"unsupported dtype {src.dtype} for transpose_{'add' if accumulate else 'copy'}"
     assert src.device == dst.device, f"device mismatch: src {src.device}, dst {dst.device}"
@@ -111,7 +113,7 @@ def transpose_copy_triton(src: torch.Tensor, dst: torch.Tensor, config: Transpos
 
 
 def transpose_add_triton(src: torch.Tensor, dst: torch.Tensor, config: TransposeConfig | None = None) -> torch.Tensor:
-    """dst (N, M) += src (M, N)^T with the Triton kernel (sum in fp32, rounded once)."""
+    """dst (N, M) += src (M, N)^T with the Triton kernel (sum in fp32, rounded once); src is dst's dtype or fp32."""
     return _launch_transpose(src, dst, accumulate=True, config=config)
 
 

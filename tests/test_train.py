@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import train_gpt as tg
 from tests.utils import assert_close
@@ -88,8 +89,10 @@ def test_forward_backward_shapes_and_grads():
     loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
     assert loss.ndim == 0 and torch.isfinite(loss)
     loss.backward()
-    for name, p in model.named_parameters():
-        assert p.grad is not None and p.grad.shape == p.shape and torch.isfinite(p.grad).all(), name
+    params = dict(model.named_parameters())
+    for name, grad in model.gradients().items():
+        assert grad.shape == params[name].shape and torch.isfinite(grad).all(), name
+        assert grad.dtype == (torch.float32 if name in model.LOOKUP_TABLES else params[name].dtype), name
     model.eval()
     with torch.no_grad():
         val = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
@@ -103,7 +106,7 @@ def test_zero_init_outputs_and_lane_wiring():
     mb, sched = batch_for(model, 96, seed=1)
     loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
     loss.backward()
-    g = {n: p.grad.float() for n, p in model.named_parameters()}
+    g = {n: grad.float() for n, grad in model.gradients().items()}
     # MLP output projections start at zero, so no gradient reaches the MLP input weights yet
     assert g["mlp_bank"][:, 0].abs().max() == 0 and g["mlp_bank"][:cfg.num_layers, 1].abs().max() > 0
     # the padding layer of the bank is never used
@@ -148,7 +151,8 @@ def test_model_compiles_once_for_every_stage():
             sched = dataclasses.replace(sched, mtp_weights=sched.mtp_weights.cuda())
         compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
     assert graphs == ["fw", "bw"], f"expected one forward and one backward graph for all stages, got {graphs}"
-    assert all(p.grad is not None for p in model.parameters())
+    grads = model.gradients()
+    assert all(grads[name].any() for name in model.LOOKUP_TABLES), "the compiled backward lost a table's gradient"
     model.eval()
     with torch.no_grad():
         compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
@@ -181,7 +185,44 @@ def test_attention_backends_agree_on_gpu():
         assert_close(tg.attend(q, k, v, cu, 700, 0.1, 256, backend), ref, atol=2e-2, rtol=2e-2, name=backend)
 
 
+def test_lookup_gradients_sum_in_fp32_over_micro_batches():
+    """The token tables' gradients (scattered into fp32 buffers by lookup_op's backward) equal autograd's
+    dense embedding gradients, summed over micro-batches; no table gets a .grad of its own."""
+    model = tiny_model()
+    reference = {name: torch.zeros(getattr(model, name).shape, dtype=torch.float64) for name in model.LOOKUP_TABLES}
+    for seed in range(2):
+        mb, sched = batch_for(model, 96, seed=seed)
+        model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+        probe = {}
+        original = tg.lookup_op
+
+        def dense_lookup(table, idx, grad_acc):  # the same forward through F.embedding, to get autograd's gradient
+            name = next(n for n in model.LOOKUP_TABLES if getattr(model, n) is table)
+            probe[name] = table.detach().clone().requires_grad_()
+            return F.embedding(idx, probe[name])
+        tg.lookup_op = dense_lookup
+        try:
+            model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+        finally:
+            tg.lookup_op = original
+        for name, table in probe.items():
+            reference[name] += table.grad.double()
+    grads = model.gradients()
+    for name in model.LOOKUP_TABLES:
+        assert getattr(model, name).grad is None
+        # autograd's reference sums in bf16 on the CPU; the buffers sum in fp32
+        assert_close(grads[name], reference[name], atol=1e-2 * reference[name].abs().max().item(), rtol=1e-2, name=name)
+
+
 # --- optimizer -------------------------------------------------------------------------------
+
+def random_gradients(model) -> dict:
+    """Fill every gradient in place (they persist: the optimizer zeroes them, CUDA graphs hold them)."""
+    grads = model.gradients()
+    for grad in grads.values():
+        grad.copy_(torch.randn_like(grad))
+    return grads
+
 
 def test_normuon_step_matches_plain_reference():
     """One optimizer step on the attention bank equals the plain fp32 NorMuon math."""
@@ -189,10 +230,9 @@ def test_normuon_step_matches_plain_reference():
     model = tiny_model()
     hp = tg.Hyperparameters(**TINY)
     opt = tg.NorMuonAdam(model, hp, rank=0, world_size=1, compile=False)
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
+    grads = random_gradients(model)
     bank = model.attn_bank
-    w0, grad = bank.detach().float().clone(), bank.grad.float().clone()
+    w0, grad = bank.detach().float().clone(), grads["attn_bank"].float().clone()
     lr_scale, momentum = 0.7, 0.9
     opt.step(lr_scale, momentum, do_adam=False)
 
@@ -213,21 +253,19 @@ def test_normuon_step_matches_plain_reference():
     bits = (bank.detach().view(n, R, C).view(torch.int16).to(torch.int32) << 16) | \
            (opt.state["attn_bank"]["mantissa"].view(torch.int16).to(torch.int32) & 0xFFFF)
     assert_close(bits.view(torch.float32).view(n, R, C), expected, atol=hp.muon_wd * lr * lr * w.abs().max(), rtol=1e-5)
-    assert model.mlp_bank.grad is None and model.embed.grad is not None  # Adam grads wait for an odd step
+    assert not grads["mlp_bank"].any() and grads["embed"].all()  # zeroed in place; Adam's wait for an odd step
 
 
 def test_adam_steps_on_odd_steps_and_tied_embedding():
     model = tiny_model()
     opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), rank=0, world_size=1, compile=False)
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
+    random_gradients(model)
     head0 = model.lm_head.detach().clone()
     opt.step(1.0, 0.9, do_adam=True)
     assert not torch.equal(model.lm_head, head0)
     assert torch.equal(model.embed, model.lm_head.T)  # tied: embedding rewritten from the head
     opt.untie()
-    for p in model.parameters():
-        p.grad = torch.randn_like(p)
+    random_gradients(model)
     opt.step(1.0, 0.9, do_adam=True)
     assert not torch.equal(model.embed, model.lm_head.T)
     assert opt.state["embed"]["step"] == opt.state["lm_head"]["step"] == 2

@@ -63,6 +63,18 @@ def test_transpose_copy_bytes(shape, dtype):
     assert torch.equal(dst.view(torch.uint8), bits.T), "transpose_copy of bytes is not exact"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)], ids=str)
+def test_transpose_add_fp32_src(dtype):
+    """An fp32 src (a gradient accumulator) folds into a lower-precision dst, rounded once."""
+    src = torch.randn(129, 65, device=DEVICE)
+    dst = torch.randn(65, 129, device=DEVICE).to(dtype)
+    expected = (dst.double() + src.T.double()).to(dtype)
+    transpose_add_triton(src, dst)
+    assert_close(dst, expected, atol=0, rtol=2 ** -7 if dtype == torch.bfloat16 else 2 ** -10, name="transpose_add")
+    with pytest.raises(AssertionError, match="dtype mismatch"):
+        transpose_add_triton(src.to(dtype), torch.zeros(65, 129, device=DEVICE))  # low-precision src, fp32 dst
+
+
 def test_transpose_add_rejects_bytes():
     src = torch.zeros(4, 6, dtype=torch.float8_e5m2, device=DEVICE)
     with pytest.raises(AssertionError, match="unsupported dtype"):

@@ -24,6 +24,7 @@ import torch
 import triton
 from triton.testing import do_bench
 
+from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
@@ -352,6 +353,37 @@ def sweep_relu_square(peaks: Peaks):
     print_table("relu_square sweep", ["pass", "shape", "config", "ms", "TFLOP/s"], rows)
 
 
+# --- embedding gradients ----------------------------------------------------------------------
+# The five value-embedding tables (5 x 50304 rows) take n_lookups = 5 x tokens rows a micro-batch.
+EMBEDDING_CASES = [("value_embeds, stage 1", 5, 16384), ("value_embeds, stage 3", 5, 49152)]
+
+
+def bench_embedding(peaks: Peaks):
+    """Scatter into the fp32 accumulator vs torch's index_add_, and vs the path it replaced: autograd's
+    dense embedding backward (a table-sized gradient per micro-batch) added to a bf16 .grad."""
+    V, D = 50304, 768
+    rows = []
+    for name, tables, tokens in EMBEDDING_CASES:
+        idx = ((torch.rand(tables, tokens, device=DEVICE) ** 3 * V).long() + V * torch.arange(tables, device=DEVICE)[:, None])
+        grad = torch.randn(tables, tokens, D, device=DEVICE, dtype=torch.bfloat16)
+        acc = torch.zeros(tables * V, D, device=DEVICE)
+        grad_bf16 = torch.zeros(tables * V, D, device=DEVICE, dtype=torch.bfloat16)
+
+        def dense_path():
+            dense = torch.ops.aten.embedding_dense_backward(grad.view(-1, D), idx.view(-1), tables * V, -1, False)
+            grad_bf16.add_(dense)
+        amount = grad.nbytes + idx.nbytes + 2 * 4 * grad.numel()  # read rows, read + write their fp32 sums
+        ms = time_ms(lambda: embedding_grad_add_triton(grad, idx, acc))
+        shape = (tables, tokens, D)
+        rows.append(compare_row(f"embedding_grad_add, {name}", shape, ms,
+                                time_ms(lambda: embedding_grad_add_reference(grad, idx, acc)), amount, "TB/s",
+                                peaks.copy_tb_s))
+        rows.append(compare_row(f"  vs dense backward + bf16 add, {name}", shape, ms, time_ms(dense_path), amount,
+                                "TB/s", peaks.copy_tb_s))
+    print_table("embedding gradient scatter (torch: index_add_ in fp32; second row: autograd's dense path)",
+                COMPARE_HEADERS, rows)
+
+
 # --- main --------------------------------------------------------------------------------------
 # name -> (benchmark, optional config sweep). New families add a line here.
 FAMILIES = {
@@ -360,6 +392,7 @@ FAMILIES = {
     "polar_express": (bench_polar_express, None),
     "softcapped_ce": (bench_softcapped_ce, sweep_softcapped_ce),
     "relu_square": (bench_relu_square, sweep_relu_square),
+    "embedding": (bench_embedding, None),
 }
 
 

@@ -189,6 +189,23 @@ def test_cuda_graph_replays_match_eager_micro_steps():
         assert_close(grad.float(), eager_grads[name].float(), atol=2e-2 * scale, rtol=2e-2, name=name)
 
 
+def test_paired_rotary_rotates_each_head_pair_as_one_vector():
+    """Paired tables: heads 2m and 2m+1 of token t are rotated as one 2*head_dim vector whose halves sit at
+    positions 2t and 2t+1. Reference: that definition, on the merged (T, heads/2, 2*head_dim) row."""
+    T, H, Dh = 40, 6, 32
+    rot = tg.Rotary(Dh, max_seq_len=64, paired=True)
+    rot.extend(16, 48)  # YaRN-rescaled frequencies too
+    q = torch.randn(T, H, Dh).bfloat16()
+    merged = q.reshape(T, H // 2, 2 * Dh)
+    t = torch.arange(T, dtype=torch.float32)
+    theta = torch.cat([torch.outer(2 * t, rot.freq), torch.outer(2 * t + 1, rot.freq)], dim=-1)[:, None]
+    even, odd = merged[..., 0::2].float(), merged[..., 1::2].float()
+    c, s = theta[..., 0::2].cos(), theta[..., 0::2].sin()  # pairs share a frequency
+    expected = torch.stack([even * c + odd * s, odd * c - even * s], dim=-1).flatten(-2)
+    out = rot(q.view(T, H // 2, 2, Dh)).reshape(T, H // 2, 2 * Dh)
+    assert_close(out, expected, atol=2e-2, rtol=2e-2, name="paired rotary")
+
+
 def test_sdpa_attention_matches_per_document_loop():
     torch.manual_seed(0)
     T, H, D, window = 50, 2, 8, 6

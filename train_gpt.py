@@ -476,8 +476,8 @@ head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_set
 # Token-table lookups whose backward scatter-adds the looked-up rows' gradients into an fp32 accumulator
 # (GPT.gradients) instead of returning a dense table-sized gradient. Autograd's way costs ~3 ms per micro-batch
 # on an H100 for the 11 x 50304-row tables (zero-fill, scatter, round, add to .grad), at any batch size.
-# Several lookups in one table are one op with separate outputs (the value-embedding tables are one parameter):
-# the table's buffer is then mutated once per backward, and no kernel stacks the outputs' gradients.
+# Several lookups in one table (the value-embedding tables are one parameter) are one op with separate
+# outputs: the buffer is mutated once per backward, and no kernel stacks the outputs' gradients.
 @torch.library.custom_op("nanogpt::lookup", mutates_args=())
 def lookup_op(table: Tensor, idx: Tensor, grad_acc: Tensor) -> list[Tensor]:
     """idx: (n, T) rows -> n tensors table[idx[i]] (T, D). grad_acc: fp32, table-shaped; the backward adds into it."""
@@ -507,7 +507,7 @@ def _lookup_setup(ctx, inputs, output):
 
 def _lookup_backward(ctx, grads):
     idx, grad_acc = ctx.saved_tensors
-    lookup_backward_op([g.contiguous() for g in grads], idx, grad_acc)
+    lookup_backward_op(list(grads), idx, grad_acc)  # embedding_grad_add takes any row stride
     return None, None, None  # the table's gradient is in grad_acc
 
 

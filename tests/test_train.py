@@ -247,7 +247,7 @@ def test_lookup_gradients_sum_in_fp32_over_micro_batches():
         def dense_lookup(table, idx, grad_acc):  # the same forward through F.embedding, to get autograd's gradient
             name = next(n for n in model.LOOKUP_TABLES if getattr(model, n) is table)
             probe[name] = table.detach().clone().requires_grad_()
-            return F.embedding(idx, probe[name])
+            return list(F.embedding(idx, probe[name]))  # one (T, D) tensor per row of idx, as lookup_op
         tg.lookup_op = dense_lookup
         try:
             model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()

@@ -344,13 +344,19 @@ class Rotary(nn.Module):
         self.sin.copy_(-theta.sin() * sign)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (T, heads, head_dim), or (T, heads / 2, 2, head_dim) for paired tables; position = row.
-        Paired: the table's (2 * head_dim) row splits into the two heads' halves, positions 2t and 2t + 1.
-        The heads are not merged into one 2*head_dim row: with a symbolic T, that view left divisions and
-        modulos by T in the compiled kernel's index math (on an H100 it took 3.4x its static-shape time)."""
+        """x: (T, heads, head_dim); position = row. Paired tables: x is (T, 2, heads / 2, head_dim), the
+        attention's rows 2t and 2t + 1, and head h = j * heads / 2 + i sits at position 2t + h % 2 (the
+        first or second half of the table's 2 * head_dim row).
+        The (2, heads / 2) split matches the attention's (2T, heads / 2) view, so that view merges two
+        leading dimensions: other splits left divisions and modulos by the symbolic T in the compiled
+        kernels' index math, and copies (on an H100 the rotary took 3.4x its static-shape time)."""
         T = x.size(0)
         cos, sin = self.cos[:T], self.sin[:T]
-        cos, sin = (cos.view(T, 1, 2, -1), sin.view(T, 1, 2, -1)) if self.paired else (cos[:, None], sin[:, None])
+        if self.paired:
+            head = torch.arange(x.size(1) * x.size(2), device=x.device).view(x.size(1), x.size(2))
+            cos, sin = cos.view(T, 2, -1)[:, head % 2], sin.view(T, 2, -1)[:, head % 2]
+        else:
+            cos, sin = cos[:, None], sin[:, None]
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)
         return x * cos + swapped * sin
 
@@ -727,26 +733,23 @@ class GPT(nn.Module):
         q, k, v = F.linear(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
         q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
         max_len = sched.max_seq_len if self.training else T
+        # Paired heads: the attention re-reads the (T, H*Dh) rows as (2T, H/2*Dh), so rows 2t and 2t+1 hold heads
+        # m and m + H/2 of token t and attend to each other's keys. Until then tensors keep a (T, 2, H/2) head
+        # split, which makes that re-read a merge of two leading dimensions: other orders left divisions by the
+        # symbolic T in the compiled index math, and copies.
+        heads = (2, H // 2) if paired else (H,)
         rot = self.rotary_paired if paired else self.rotary
+        q, k, v = rot(q.view(T, *heads, Dh)) * rot.q_gain, rot(k.view(T, *heads, Dh)), v.view(T, *heads, Dh)
+        if key_offset:  # stationary channels of each key see the previous token: 1-layer induction heads
+            k = torch.cat([k[:, :, :Dh // 2], torch.cat([k[:1, :, Dh // 2:], k[:-1, :, Dh // 2:]])], dim=-1)
+        if ve is not None:  # the gate of unpaired layers also reads the value embedding (@photomz)
+            gate_in = x[:, :G] if paired else torch.cat([x[:, :G // 2], ve[:, :G // 2]], dim=-1)
+            v = v + 2 * torch.sigmoid(F.linear(gate_in, ve_gate_w)).view(T, *heads, 1) * ve.view(T, *heads, Dh)
         if paired:
-            # Paired heads: the (T, H*Dh) rows are re-read as (2T, H/2*Dh), so rows 2t and 2t+1 hold heads
-            # m and m + H/2 of token t and attend to each other's keys; rotary gives them positions 2t, 2t+1.
-            q = (rot(q.view(T, H // 2, 2, Dh)) * rot.q_gain).view(2 * T, H // 2, Dh)
-            k = rot(k.view(T, H // 2, 2, Dh)).view(2 * T, H // 2, Dh)
-            v = v.reshape(2 * T, H // 2, Dh)
-            if ve is not None:
-                gate = 2 * torch.sigmoid(F.linear(x[:, :G], ve_gate_w)).view(2 * T, H // 2, 1)
-                v = v + gate * ve.view(2 * T, H // 2, Dh)
+            q, k, v = (t.reshape(2 * T, H // 2, Dh) for t in (q, k, v))
             cu_seqlens, max_len = 2 * cu_seqlens, 2 * max_len
-        else:
-            q, k = rot(q) * rot.q_gain, rot(k)
-            if key_offset:  # stationary channels of each key see the previous token: 1-layer induction heads
-                k = torch.cat([k[:, :, :Dh // 2], torch.cat([k[:1, :, Dh // 2:], k[:-1, :, Dh // 2:]])], dim=-1)
-            if ve is not None:  # gate reads the stream and the value embedding (@photomz)
-                gate_in = torch.cat([x[:, :G // 2], ve[:, :G // 2]], dim=-1)
-                v = v + 2 * torch.sigmoid(F.linear(gate_in, ve_gate_w)).view(T, H, 1) * ve.view(T, H, Dh)
-        y = attend(q, k, v, cu_seqlens, max_len, cfg.attn_scale, window, cfg.attention).reshape(T, H, Dh)
-        y = y * torch.sigmoid(F.linear(x[:, :G], out_gate_w)).view(T, H, 1)  # sparse per-head gate (@classiclarryd)
+        y = attend(q, k, v, cu_seqlens, max_len, cfg.attn_scale, window, cfg.attention).view(T, *heads, Dh)
+        y = y * torch.sigmoid(F.linear(x[:, :G], out_gate_w)).view(T, *heads, 1)  # sparse per-head gate (@classiclarryd)
         return F.linear(y.reshape(T, D), lam[1] * w[3 * D:])
 
 

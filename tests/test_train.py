@@ -189,21 +189,22 @@ def test_cuda_graph_replays_match_eager_micro_steps():
         assert_close(grad.float(), eager_grads[name].float(), atol=2e-2 * scale, rtol=2e-2, name=name)
 
 
-def test_paired_rotary_rotates_each_head_pair_as_one_vector():
-    """Paired tables: heads 2m and 2m+1 of token t are rotated as one 2*head_dim vector whose halves sit at
-    positions 2t and 2t+1. Reference: that definition, on the merged (T, heads/2, 2*head_dim) row."""
+def test_paired_rotary_puts_each_head_at_its_pair_position():
+    """Paired tables: x is (T, 2, heads/2, head_dim) and head h = j * heads/2 + i of token t rotates as position
+    2t + h % 2. Reference: the rotation written out per head, with YaRN-rescaled frequencies."""
     T, H, Dh = 40, 6, 32
     rot = tg.Rotary(Dh, max_seq_len=64, paired=True)
-    rot.extend(16, 48)  # YaRN-rescaled frequencies too
-    q = torch.randn(T, H, Dh).bfloat16()
-    merged = q.reshape(T, H // 2, 2 * Dh)
+    rot.extend(16, 48)
+    x = torch.randn(T, 2, H // 2, Dh).bfloat16()
+    out = rot(x)
     t = torch.arange(T, dtype=torch.float32)
-    theta = torch.cat([torch.outer(2 * t, rot.freq), torch.outer(2 * t + 1, rot.freq)], dim=-1)[:, None]
-    even, odd = merged[..., 0::2].float(), merged[..., 1::2].float()
-    c, s = theta[..., 0::2].cos(), theta[..., 0::2].sin()  # pairs share a frequency
-    expected = torch.stack([even * c + odd * s, odd * c - even * s], dim=-1).flatten(-2)
-    out = rot(q.view(T, H // 2, 2, Dh)).reshape(T, H // 2, 2 * Dh)
-    assert_close(out, expected, atol=2e-2, rtol=2e-2, name="paired rotary")
+    for h in range(H):
+        j, i = divmod(h, H // 2)
+        theta = torch.outer(2 * t + h % 2, rot.freq)
+        even, odd = x[:, j, i, 0::2].float(), x[:, j, i, 1::2].float()
+        c, s = theta[:, 0::2].cos(), theta[:, 0::2].sin()  # pairs share a frequency
+        expected = torch.stack([even * c + odd * s, odd * c - even * s], dim=-1).flatten(-2)
+        assert_close(out[:, j, i], expected, atol=2e-2, rtol=2e-2, name=f"paired rotary, head {h}")
 
 
 def test_sdpa_attention_matches_per_document_loop():

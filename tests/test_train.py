@@ -207,6 +207,18 @@ def test_paired_rotary_puts_each_head_at_its_pair_position():
         assert_close(out[:, j, i], expected, atol=2e-2, rtol=2e-2, name=f"paired rotary, head {h}")
 
 
+def test_compiled_graph_has_no_index_math_modulo_the_token_count():
+    """The training graph at GPU settings, compiled with a symbolic token count: no Triton load or store indexes
+    modulo it. Such index math came with copy kernels and 3x slower kernels on an H100 (tests/inductor_codegen.py)."""
+    out = subprocess.run([sys.executable, "-m", "tests.inductor_codegen"], cwd=REPO, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    if summary["modules"] < 2:
+        pytest.skip(f"this torch did not generate the forward and backward code on the CPU: {out.stderr[-500:]}")
+    assert not summary["symbolic_modulo"], "index math modulo the token count:\n" + "\n".join(summary["symbolic_modulo"])
+
+
 def test_sdpa_attention_matches_per_document_loop():
     torch.manual_seed(0)
     T, H, D, window = 50, 2, 8, 6

@@ -1,0 +1,78 @@
+"""Inductor's Triton code for the GPU training graph, generated without a GPU, and its index math that divides by
+the symbolic token count.
+
+    python3 -m tests.inductor_codegen [--dump DIR]
+
+The model compiles with dynamic shapes (one graph for every stage). A view that Inductor cannot express as new
+strides of a symbolic-size buffer becomes a copy kernel whose index math takes `% (c*T)`. On an H100 such kernels
+cost several times their static-shape time, and the copies themselves cost more (records/2026-11-21_gpu-notes.md,
+sessions 3 and 4). This builds the model with the GPU's settings (varlen attention, fused MLP, FP8 head: custom
+ops, only traced here), compiles forward and backward with Inductor's Triton backend for the CPU, and reports the
+kernels. Their execution under the Triton interpreter fails, and that failure is expected and ignored: only the
+generated code matters.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"  # read when Triton is imported
+
+# a Triton load or store whose offset takes a remainder by a symbolic size (ks0, 6*ks0, ...)
+SYMBOLIC_MODULO = re.compile(r"tl\.(load|store)\(.*%\s*\(?\s*(\d+\s*\*\s*)?ks\d+")
+
+
+def generated_code(tokens: int = 128) -> list[str]:
+    """Inductor's output modules (forward, backward) for one training micro-step of the full-width model."""
+    import numpy as np
+    import torch
+    import torch._inductor.config as inductor_config
+    import torch.utils._triton
+    from torch._inductor.utils import run_and_get_code
+
+    import train_gpt as tg
+    torch.utils._triton.triton_hash_with_backend = lambda: "interpreter"  # no GPU backend to hash
+    inductor_config.cpu_backend = "triton"
+    cfg = tg.GPTConfig(vocab_size=256, model_dim=768, num_heads=6, head_dim=128, max_seq_len=4 * tokens,
+                       attention="varlen", fused_mlp=True, fp8_head=True)
+    torch.manual_seed(0)
+    model = tg.GPT(cfg)
+    tokens_np = np.random.default_rng(0).integers(0, 255, tokens + 1).astype(np.uint16)
+    tokens_np[::50] = 255  # documents of 50 tokens
+    ends = np.append(np.flatnonzero(tokens_np[:-1] == 255)[1:], tokens).astype(np.int32)
+    mb = tg.make_micro_batch(tokens_np, ends, 64, model.bigram_embed.size(0), torch.device("cpu"))
+    sched = tg.ForwardSchedule(short_window=16, long_window=48, max_seq_len=tokens,
+                               mtp_weights=torch.tensor([1.0, 0.5, 0.25]))
+    compiled = torch.compile(model, dynamic=True, fullgraph=True)
+
+    def micro_step():
+        try:
+            compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+        except Exception:  # the kernels cannot run here; the code is generated before they are called
+            pass
+    return run_and_get_code(micro_step)[1]
+
+
+def summarize(codes: list[str]) -> dict:
+    lines = [line.strip() for code in codes for line in code.splitlines()]
+    return dict(modules=len(codes), kernels=sum(line.startswith("def triton_") for line in lines),
+                symbolic_modulo=[line for line in lines if SYMBOLIC_MODULO.search(line)])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dump", help="also write each generated module to this directory")
+    args = parser.parse_args()
+    codes = generated_code()
+    if args.dump:
+        os.makedirs(args.dump, exist_ok=True)
+        for i, code in enumerate(codes):
+            with open(os.path.join(args.dump, f"module{i}.py"), "w") as f:
+                f.write(code)
+    json.dump(summarize(codes), sys.stdout, indent=1)
+    print()
+
+
+if __name__ == "__main__":
+    main()

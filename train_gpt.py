@@ -353,8 +353,8 @@ class Rotary(nn.Module):
         T = x.size(0)
         cos, sin = self.cos[:T], self.sin[:T]
         if self.paired:
-            head = torch.arange(x.size(1) * x.size(2), device=x.device).view(x.size(1), x.size(2))
-            cos, sin = cos.view(T, 2, -1)[:, head % 2], sin.view(T, 2, -1)[:, head % 2]
+            half = torch.arange(x.size(1) * x.size(2), device=x.device).view(x.size(1), x.size(2)) % 2
+            cos, sin = cos.view(T, 2, -1)[:, half], sin.view(T, 2, -1)[:, half]
         else:
             cos, sin = cos[:, None], sin[:, None]
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)

@@ -25,25 +25,20 @@ SYMBOLIC_MODULO = re.compile(r"tl\.(load|store)\(.*%\s*\(?\s*(\d+\s*\*\s*)?ks\d+
 
 def generated_code(tokens: int = 128) -> list[str]:
     """Inductor's output modules (forward, backward) for one training micro-step of the full-width model."""
-    import numpy as np
     import torch
     import torch._inductor.config as inductor_config
     import torch.utils._triton
     from torch._inductor.utils import run_and_get_code
 
     import train_gpt as tg
+    from tests.test_train import batch_for
     torch.utils._triton.triton_hash_with_backend = lambda: "interpreter"  # no GPU backend to hash
     inductor_config.cpu_backend = "triton"
     cfg = tg.GPTConfig(vocab_size=256, model_dim=768, num_heads=6, head_dim=128, max_seq_len=4 * tokens,
                        attention="varlen", fused_mlp=True, fp8_head=True)
     torch.manual_seed(0)
     model = tg.GPT(cfg)
-    tokens_np = np.random.default_rng(0).integers(0, 255, tokens + 1).astype(np.uint16)
-    tokens_np[::50] = 255  # documents of 50 tokens
-    ends = np.append(np.flatnonzero(tokens_np[:-1] == 255)[1:], tokens).astype(np.int32)
-    mb = tg.make_micro_batch(tokens_np, ends, 64, model.bigram_embed.size(0), torch.device("cpu"))
-    sched = tg.ForwardSchedule(short_window=16, long_window=48, max_seq_len=tokens,
-                               mtp_weights=torch.tensor([1.0, 0.5, 0.25]))
+    mb, sched = batch_for(model, tokens)
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
 
     def micro_step():

@@ -9,6 +9,14 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist every worker, and every script it starts, would use all cores: N workers make N x cores
+# threads, and the CPU training runs then stall (a 16-core GPU machine with -n 6: four of them unfinished after
+# 6 minutes; with 2 threads each the file took 90 s). Share the cores out instead.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)

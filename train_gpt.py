@@ -618,6 +618,11 @@ class GPT(nn.Module):
         return {name: getattr(self, f"{name}_grad") if name in self.LOOKUP_TABLES else p.grad
                 for name, p in self.named_parameters()}
 
+    def load_gradients(self, grads: dict[str, Tensor]):
+        """Set the held gradients (Adam's carry over between steps) in place: CUDA graphs hold their addresses."""
+        for name, grad in self.gradients().items():
+            grad.copy_(grads[name])
+
     def _lookup(self, name: str, idx: Tensor) -> list[Tensor]:
         return lookup_op(getattr(self, name), idx, getattr(self, f"{name}_grad"))
 
@@ -1363,8 +1368,7 @@ def replay(hp: Hyperparameters) -> int:
     rt = Runtime(0, 1, rt.device, capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
     model = build_model(saved, rt)
     model.load_state_dict(capture["model"])
-    for name, grad in model.gradients().items():  # Adam's gradients carry over from the step before
-        grad.copy_(capture["grads"][name])
+    model.load_gradients(capture["grads"])
     model.reset_rotary()
     for old, new in capture["rotary_extensions"]:
         model.extend_rotary(old, new)
@@ -1536,8 +1540,7 @@ class Trainer:
                     grads={k: v.clone() for k, v in self.model.gradients().items()})
 
     def restore(self, snap: dict):
-        for name, grad in self.model.gradients().items():  # in place: CUDA graphs hold their addresses
-            grad.copy_(snap["grads"][name])
+        self.model.load_gradients(snap["grads"])
         self.model.load_state_dict(snap["model"])
         self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])

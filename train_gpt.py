@@ -14,6 +14,7 @@ import dataclasses
 import glob
 import math
 import os
+import pickle
 import subprocess
 import sys
 import threading
@@ -1361,7 +1362,11 @@ def first_nonfinite(named: list[tuple[str, Tensor | None]]) -> list[str]:
 
 def replay(hp: Hyperparameters) -> int:
     """Re-run a captured step eagerly; print which activations, gradients and updates went non-finite."""
-    capture = torch.load(hp.replay, map_location="cpu", weights_only=False)
+    try:  # weights_only: tensors and plain containers only, so a crafted .pt file cannot run code
+        capture = torch.load(hp.replay, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise SystemExit(f"error: {hp.replay} is not a capture written by train_gpt.py (refused to unpickle "
+                         f"anything but tensors and plain containers): {str(e).splitlines()[0]}") from None
     saved = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
     saved.device, saved.compile = hp.device, False  # the replaying machine's device; eager, for the probes
     rt = setup_runtime(saved)

@@ -463,13 +463,28 @@ def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
     capture = tmp_path / "fault_capture_rank0.pt"
     assert r.returncode != 0 and "non-finite loss or gradient at step 5 (noticed at step 8)" in r.stderr, r.stderr[-2000:]
     assert f"--replay {capture}" in r.stderr and capture.exists()
-    saved = torch.load(capture, weights_only=False)
+    saved = torch.load(capture, weights_only=True)
     assert saved["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
     for name, w in saved["model"].items():
         assert torch.isfinite(w.float()).all(), f"captured weights must be from before the bad step ({name})"
     r = run_script(["--replay", str(capture), "--device", "cpu"])
     assert r.returncode == 1 and "first non-finite activation: layer5.mlp" in r.stdout, r.stdout + r.stderr[-2000:]
     assert "non-finite gradients:" in r.stdout
+
+
+def test_replay_refuses_a_crafted_pickle(tmp_path):
+    """--replay loads captures with weights_only=True: a .pt file whose pickle calls a function is refused with a
+    one-line error, and the function never runs."""
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+    crafted = tmp_path / "crafted.pt"
+    torch.save({"config": {}, "payload": Payload()}, crafted)
+    r = run_script(["--replay", str(crafted), "--device", "cpu"])
+    assert r.returncode != 0 and "is not a capture written by train_gpt.py" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not marker.exists()
 
 
 # --- end to end ------------------------------------------------------------------------------

@@ -12,11 +12,14 @@ The script is importable: nothing runs until main(), so tests and data/ tools re
 import copy
 import dataclasses
 import glob
+import importlib.metadata
+import importlib.util
 import math
 import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -87,6 +90,8 @@ class Hyperparameters:
     log_dir: str = "logs"
     # runtime
     device: str = "auto"  # auto | cuda | cpu
+    attention: str = "auto"  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
+    fa3_hub_wait: float = 120.0  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
     compile: bool = True  # torch.compile the model and optimizer math
     cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
@@ -144,6 +149,7 @@ class Runtime:
     world_size: int
     device: torch.device
     grad_accum_steps: int  # 8 // world_size micro-batches per rank keep the 8-GPU batch
+    attention: "Attention"  # the attention kernel this process loaded (the same route on every rank)
 
     @property
     def is_master(self) -> bool:
@@ -173,7 +179,13 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
         device = torch.device("cpu")
     if world_size > 1:
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
-    return Runtime(rank, world_size, device, 8 // world_size)
+    attention = select_attention(args, device) if rank == 0 else None
+    if world_size > 1:  # the other ranks load the route rank 0 chose, so that every rank runs the same kernel
+        chosen = [attention.route if rank == 0 else None]
+        dist.broadcast_object_list(chosen, 0)
+        if rank != 0:
+            attention = select_attention(args, device, routes=(chosen[0],))
+    return Runtime(rank, world_size, device, 8 // world_size, attention)
 
 # -----------------------------------------------------------------------------
 # Token shards: 256 int32 header [magic, version, num_tokens, 0...] then num_tokens uint16 tokens
@@ -362,12 +374,124 @@ class Rotary(nn.Module):
         return x * cos + swapped * sin
 
 
-def _fa3_module():
+# -----------------------------------------------------------------------------
+# Attention backends. Record boxes run FlashAttention-3 (Hopper only), which users get by one of three routes:
+# an installed `flash_attn_interface` (a wheel, or tools/build_fa3.sh), torch's registered FA3 implementation
+# (same build, activated behind torch's own flash-attention ops), or the Hugging Face kernel hub, as the reference
+# does. Without FA3: torch's varlen flash attention (FA2, CUDA), else masked SDPA (any device, small shapes).
+
+FA3_HUB_REPO = "varunneal/flash-attention-3"  # the kernel hub repository the reference loads FA3 from
+FA3_INSTALL = ("build it with tools/build_fa3.sh (Hopper, CUDA >= 12.3) and put its output folder on PYTHONPATH, "
+               "install a FlashAttention-3 wheel for your torch/CUDA, or `pip install kernels` for the kernel hub")
+# --attention choice -> routes tried in order; a route is a way of loading one kernel
+ATTENTION_CHOICES = {
+    "auto": ("fa3-interface", "fa3-torch", "fa3-hub", "varlen", "sdpa"),
+    "fa3": ("fa3-interface", "fa3-torch", "fa3-hub"),
+    "varlen": ("varlen",),
+    "sdpa": ("sdpa",),
+}
+
+
+@dataclass(frozen=True)
+class Attention:
+    kernel: str  # what attend() calls: "fa3" (FA3's varlen function), "varlen" (torch's) or "sdpa"
+    route: str  # the ATTENTION_CHOICES route that loaded it
+    description: str  # for the log
+    skipped: tuple = ()  # why each better route was not taken
+
+
+class FA3:
+    """FlashAttention-3's varlen function once a route has loaded it: process-wide, like the library behind it."""
+    varlen_func = None
+
+
+def _fa3_from_interface(_hp) -> str:
+    import flash_attn_interface  # ImportError: not installed
+    FA3.varlen_func = flash_attn_interface.flash_attn_varlen_func
+    return f"FlashAttention-3 via flash_attn_interface ({flash_attn_interface.__file__})"
+
+
+def _fa3_from_torch(_hp) -> str:
+    from torch.nn import attention
+    if "FA3" not in getattr(attention, "list_flash_attention_impls", lambda: [])():
+        raise RuntimeError(f"torch {torch.__version__} registers no FA3 implementation (torch >= 2.11 does)")
+    attention.activate_flash_attention_impl("FA3")  # torch's flash-attention ops (varlen_attn's) now run FA3
+    return "FlashAttention-3 via torch's registered implementation (torch.nn.attention.varlen)"
+
+
+# Runs in a child process: our package `kernels` shadows the hub client's name in this one, and a child can be
+# stopped when the hub does not answer. Prints the __init__.py of the kernel package it downloaded and loaded.
+_HUB_LOOKUP = """
+import sys
+from kernels import get_kernel
+try:
+    module = get_kernel(sys.argv[1])
+except ValueError:  # newer clients want an explicit version or revision
+    module = get_kernel(sys.argv[1], revision="main")
+print(module.__file__)
+"""
+
+
+def _fa3_from_hub(hp) -> str:
     try:
-        import flash_attn_interface  # FlashAttention 3 (Hopper), used when installed
-        return flash_attn_interface
-    except ImportError:
-        return None
+        importlib.metadata.distribution("kernels")
+    except importlib.metadata.PackageNotFoundError:
+        raise RuntimeError("the hub client is not installed (`pip install kernels`)") from None
+    with tempfile.TemporaryDirectory() as elsewhere:  # a working directory without our `kernels` package
+        try:
+            found = subprocess.run([sys.executable, "-c", _HUB_LOOKUP, FA3_HUB_REPO], cwd=elsewhere, text=True,
+                                   capture_output=True, timeout=hp.fa3_hub_wait)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"no answer within --fa3_hub_wait {hp.fa3_hub_wait:g} s (offline?)") from None
+    if found.returncode != 0:
+        raise RuntimeError(f"get_kernel({FA3_HUB_REPO!r}) failed: "
+                           f"{(found.stderr.strip().splitlines() or ['no output'])[-1]}")
+    init = Path(found.stdout.strip().splitlines()[-1])
+    spec = importlib.util.spec_from_file_location("fa3_hub", init, submodule_search_locations=[str(init.parent)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["fa3_hub"] = package  # the package's relative imports resolve through this name
+    spec.loader.exec_module(package)
+    interface = getattr(package, "flash_attn_interface", None) or importlib.import_module("fa3_hub.flash_attn_interface")
+    FA3.varlen_func = interface.flash_attn_varlen_func
+    return f"FlashAttention-3 via the kernel hub ({FA3_HUB_REPO}: {init.parent})"
+
+
+def _torch_varlen(_hp) -> str:
+    from torch.nn.attention.varlen import varlen_attn  # noqa: F401  (torch >= 2.10)
+    return "PyTorch varlen flash attention (FA2)"
+
+
+_ROUTES = {  # route -> (kernel, loader, minimum CUDA compute capability or None for any device)
+    "fa3-interface": ("fa3", _fa3_from_interface, (9, 0)),
+    "fa3-torch": ("varlen", _fa3_from_torch, (9, 0)),
+    "fa3-hub": ("fa3", _fa3_from_hub, (9, 0)),
+    "varlen": ("varlen", _torch_varlen, (8, 0)),
+    "sdpa": ("sdpa", lambda _hp: "masked SDPA (an explicit (T, T) mask: for CPUs, tests and small shapes)", None),
+}
+
+
+def select_attention(hp, device: torch.device, routes: tuple[str, ...] | None = None) -> Attention:
+    """Load the first route of --attention's list (or of `routes`, to load the one rank 0 chose) that works on
+    this device. A choice with no working route is an error naming the install step."""
+    if hp.attention not in ATTENTION_CHOICES:
+        raise SystemExit(f"error: --attention must be one of {', '.join(ATTENTION_CHOICES)}, not {hp.attention!r}")
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    skipped = []
+    for route in routes or ATTENTION_CHOICES[hp.attention]:
+        kernel, load, needs = _ROUTES[route]
+        if needs is not None and (capability is None or capability < needs
+                                  or (needs == (9, 0) and capability[0] != 9)):  # FA3: Hopper only
+            have = "no CUDA GPU" if capability is None else f"compute capability {capability[0]}.{capability[1]}"
+            skipped.append(f"{route}: needs {'a Hopper GPU' if needs == (9, 0) else 'compute capability 8.0+'} ({have})")
+            continue
+        try:
+            return Attention(kernel, route, load(hp), tuple(skipped))
+        except Exception as e:  # whatever stops a route (missing module, bad library, no hub) falls through to the next
+            skipped.append(f"{route}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
+    if routes:
+        raise SystemExit(f"error: this rank cannot load the attention route that rank 0 chose ({'; '.join(skipped)})")
+    fix = f"to get FlashAttention-3, {FA3_INSTALL}" if hp.attention == "fa3" else "use --attention auto"
+    raise SystemExit(f"error: --attention {hp.attention} is not available here ({'; '.join(skipped)}); {fix}")
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float,
@@ -375,11 +499,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, sc
     """Causal attention within documents and within `window` keys behind each query.
 
     q, k, v: (T, heads, head_dim); cu_seqlens: (capacity,) int32 document starts, padded with T.
+    backend: Attention.kernel.
     """
     if backend == "fa3":
-        y = _fa3_module().flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens,
-                                                 max_seqlen_q=max_len, max_seqlen_k=max_len, softmax_scale=scale,
-                                                 causal=True, window_size=(window, 0))
+        y = FA3.varlen_func(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_len,
+                            max_seqlen_k=max_len, softmax_scale=scale, causal=True, window_size=(window, 0))
         return y[0] if isinstance(y, tuple) else y
     if backend == "varlen":
         from torch.nn.attention.varlen import varlen_attn
@@ -1370,7 +1494,7 @@ def replay(hp: Hyperparameters) -> int:
     saved = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
     saved.device, saved.compile = hp.device, False  # the replaying machine's device; eager, for the probes
     rt = setup_runtime(saved)
-    rt = Runtime(0, 1, rt.device, capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
+    rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
     model = build_model(saved, rt)
     model.load_state_dict(capture["model"])
     model.load_gradients(capture["grads"])
@@ -1685,13 +1809,9 @@ class Trainer:
 # main
 
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
-    if rt.device.type == "cuda":
-        attention = "fa3" if _fa3_module() is not None else "varlen"
-    else:
-        attention = "sdpa"
     cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                     head_dim=hp.head_dim, max_seq_len=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
-                    attention=attention, fp8_head=hp.fp8_head and rt.device.type == "cuda",
+                    attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
                     fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
     torch.manual_seed(hp.seed)
     model = GPT(cfg).to(rt.device)
@@ -1718,10 +1838,13 @@ def main(argv: list[str] | None = None) -> int:
         log.record_environment(hp)
         trainer = Trainer(hp, rt, log)
         cfg = trainer.model.cfg
+        log(f"attention: {rt.attention.description}")
+        for note in rt.attention.skipped:
+            log(f"attention: skipped {note}")
         if rt.device.type != "cuda":
-            log("device cpu: attention uses masked SDPA, the LM head a bf16 matmul, kernels their PyTorch references")
+            log("device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
         else:
-            log(f"attention backend: {cfg.attention}; FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
+            log(f"FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
         trainer.run()
         if rt.world_size > 1:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
             dist.barrier()

@@ -219,33 +219,6 @@ def test_compiled_graph_has_no_index_math_modulo_the_token_count():
     assert not summary["symbolic_modulo"], "index math modulo the token count:\n" + "\n".join(summary["symbolic_modulo"])
 
 
-def test_sdpa_attention_matches_per_document_loop():
-    torch.manual_seed(0)
-    T, H, D, window = 50, 2, 8, 6
-    q, k, v = (torch.randn(T, H, D) for _ in range(3))
-    cu = torch.tensor([0, 7, 8, 31, T, T, T], dtype=torch.int32)
-    out = tg.attend(q, k, v, cu, T, 0.3, window, "sdpa")
-    ref = torch.empty_like(q)
-    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
-        for i in range(s, e):
-            lo = max(s, i - window)
-            w = torch.softmax(0.3 * torch.einsum("hd,jhd->hj", q[i], k[lo:i + 1]), dim=-1)
-            ref[i] = torch.einsum("hj,jhd->hd", w, v[lo:i + 1])
-    assert_close(out, ref, atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA for the flash-attention backends")
-def test_attention_backends_agree_on_gpu():
-    torch.manual_seed(0)
-    T, H, D = 1000, 4, 128
-    q, k, v = (torch.randn(T, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    cu = torch.tensor([0, 100, 101, 700, T, T], dtype=torch.int32, device="cuda")
-    ref = tg.attend(q.float(), k.float(), v.float(), cu, T, 0.1, 256, "sdpa")
-    backends = ["varlen"] + (["fa3"] if tg._fa3_module() is not None else [])
-    for backend in backends:
-        assert_close(tg.attend(q, k, v, cu, 700, 0.1, 256, backend), ref, atol=2e-2, rtol=2e-2, name=backend)
-
-
 def test_lookup_gradients_sum_in_fp32_over_micro_batches():
     """The token tables' gradients (scattered into fp32 buffers by lookup_op's backward) equal autograd's
     dense embedding gradients, summed over micro-batches; no table gets a .grad of its own."""
@@ -439,7 +412,7 @@ def test_no_host_sync_inside_training_steps(monkeypatch, tmp_path, synthetic_dat
     sync): no .item()/.tolist()/.cpu()/bool() of a tensor inside train_step."""
     hp = tg.parse_args(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                      "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
-    trainer = tg.Trainer(hp, tg.Runtime(0, 1, torch.device("cpu"), 8), tg.Logger(hp, is_master=False))
+    trainer = tg.Trainer(hp, tg.Runtime(0, 1, torch.device("cpu"), 8, tg.select_attention(hp, torch.device("cpu"))), tg.Logger(hp, is_master=False))
     reads = []
     for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)

@@ -14,9 +14,12 @@ FineWeb-like lengths), so 5 train shards are the minimum; the default 8 leaves r
 """
 import argparse
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from huggingface_hub import hf_hub_download
+from huggingface_hub.utils import LocalEntryNotFoundError
+from huggingface_hub.utils import logging as hub_logging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # for train_gpt's shard functions
@@ -55,21 +58,34 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
         print(f"{progress}: downloading from {repo_id}", flush=True)
         try:
             # hf_hub_download keeps partial files under out/.cache and resumes them on the next call.
-            fetched = Path(hf_hub_download(repo_id=repo_id, filename=name, repo_type="dataset", local_dir=out))
+            with _quiet_hub_logging():
+                fetched = Path(hf_hub_download(repo_id=repo_id, filename=name, repo_type="dataset", local_dir=out))
         except Exception as e:  # the hub client raises many types (connection, HTTP, offline mode, disk)
-            sys.exit(f"download.py: could not fetch {name} from the Hugging Face dataset {repo_id} "
-                     f"({type(e).__name__}: {e})\n"
-                     f"  The {i - 1} file(s) before it are in place in {out}.\n"
-                     "  To retry, run the same command again: valid files are skipped and partial downloads resume "
-                     "(HF_ENDPOINT selects a mirror).\n"
-                     f"  Or put {names[0]} and {names[1]} ... {names[-1]} into {out}/ by hand "
-                     f"(from https://huggingface.co/datasets/{repo_id}).")
+            # offline, the client raises LocalEntryNotFoundError: the hub did not answer and no cached copy exists
+            problem = ("the Hugging Face hub is unreachable" if isinstance(e, LocalEntryNotFoundError)
+                       else f"{type(e).__name__}: {' '.join(str(e).split())}")
+            sys.exit(f"download.py: could not fetch {name} from the Hugging Face dataset {repo_id}: {problem}. "
+                     "Rerun with network access (valid files are skipped, partial downloads resume; HF_ENDPOINT "
+                     f"selects a mirror), or copy {names[0]} and the train shards up to {names[-1]} into {out}/, "
+                     "or train on other shards with train_gpt.py --train_files/--val_files")
         try:
             read_shard_header(fetched)
         except ShardError as e:
             sys.exit(f"download.py: the downloaded {name} is not a valid shard ({e}); delete it and rerun")
         paths.append(fetched)
     return paths
+
+
+@contextmanager
+def _quiet_hub_logging():
+    """Hide the hub client's warnings (offline, one 'Retrying in Ns' line per attempt): download() reports a failure.
+    Its progress bars stay, for the minutes a 200 MB shard takes."""
+    verbosity = hub_logging.get_verbosity()
+    hub_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hub_logging.set_verbosity(verbosity)
 
 
 def main(argv=None):

@@ -6,6 +6,7 @@ Input files, in the order given (a folder: its *.jsonl, *.txt files, sorted, rec
            (a file named on the command line with another suffix is read like a .txt)
 Every document gets the GPT-2 <|endoftext|> token (50256) in front and is encoded with tiktoken's
 `gpt2` encoding as plain text (special-token strings inside documents are not treated specially).
+Input must be UTF-8. If tokenizing fails, the shards and folders this run created are removed again.
 
 Output, in --out: <prefix>_val_000000.bin with the first whole documents, at least --val_tokens + 1
 tokens (the +1 is the target of the last position; none when --val_tokens is 0), then
@@ -13,7 +14,8 @@ tokens (the +1 is the target of the last position; none when --val_tokens is 0),
 documents continue across train shard boundaries. Train with
   --train_files '<out>/<prefix>_train_*.bin' --val_files '<out>/<prefix>_val_*.bin' --val_tokens N
 
-Offline, tiktoken needs its GPT-2 BPE files in a folder named by TIKTOKEN_CACHE_DIR.
+Offline, tiktoken needs its GPT-2 BPE files in a folder named by TIKTOKEN_CACHE_DIR (one run with
+network access caches them).
 
     python3 data/tokenize_text.py corpus.jsonl --out data/mytext --prefix mytext --val_tokens 1_048_576
 """
@@ -21,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -29,7 +32,7 @@ import tiktoken
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # for train_gpt's shard functions
-from train_gpt import BOS_ID, write_shard  # noqa: E402
+from train_gpt import write_shard  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
 
@@ -51,45 +54,74 @@ def input_files(inputs) -> list[Path]:
 def read_documents(files, text_field="text", line_docs=False):
     """Yield each document's text, in input order."""
     for path in files:
-        if path.suffix == ".jsonl":
-            with open(path, encoding="utf-8") as f:
-                for line_no, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield json.loads(line)[text_field]
-                    except (json.JSONDecodeError, KeyError, TypeError) as e:
-                        raise ValueError(f"{path}:{line_no}: not a JSON object with a {text_field!r} field ({e})") from None
-        elif line_docs:
-            with open(path, encoding="utf-8") as f:
-                yield from (line.rstrip("\n") for line in f if line.strip())
-        else:
-            yield path.read_text(encoding="utf-8")
+        try:
+            yield from _file_documents(path, text_field, line_docs)
+        except UnicodeDecodeError:
+            raise _not_utf8_error(path) from None
 
 
-def load_gpt2():
+def _file_documents(path: Path, text_field: str, line_docs: bool):
+    if path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)[text_field]
+                except (json.JSONDecodeError, KeyError, TypeError) as e:
+                    raise ValueError(f"{path}:{line_no}: not a JSON object with a {text_field!r} field ({e})") from None
+    elif line_docs:
+        with open(path, encoding="utf-8") as f:
+            yield from (line.rstrip("\n") for line in f if line.strip())
+    else:
+        yield path.read_text(encoding="utf-8")
+
+
+def _not_utf8_error(path: Path) -> ValueError:
+    """Name the first line that is not UTF-8: the decoder's error position counts from its read buffer, not the file.
+    Lines can be decoded one by one because no UTF-8 sequence contains the newline byte."""
+    location, detail = str(path), ""
+    with open(path, "rb") as f:
+        for line_no, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                location, detail = f"{path}:{line_no}", f" (byte {line[e.start]:#04x} at column {e.start + 1})"
+                break
+    return ValueError(f"{location}: not UTF-8{detail}; convert the file to UTF-8 first, "
+                      "e.g. with iconv -f <its encoding> -t utf-8")
+
+
+def load_gpt2() -> tiktoken.Encoding:
     try:
         return tiktoken.get_encoding("gpt2")
-    except Exception as e:  # offline, tiktoken fails while fetching its BPE files
-        raise RuntimeError(f"cannot load tiktoken's gpt2 encoding ({type(e).__name__}: {e}); offline, set "
-                           "TIKTOKEN_CACHE_DIR to a folder holding its cached BPE files") from None
+    except Exception as e:  # tiktoken raises whatever its download raised (requests, hash mismatch, disk)
+        cache = os.environ.get("TIKTOKEN_CACHE_DIR")
+        where = f"TIKTOKEN_CACHE_DIR ({cache})" if cache else "tiktoken's cache (TIKTOKEN_CACHE_DIR is not set)"
+        raise RuntimeError(f"cannot load tiktoken's gpt2 encoding: its BPE files are not in {where} and downloading "
+                           f"them failed ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to a folder holding the GPT-2 "
+                           "BPE files, or run once with network access to cache them") from None
 
 
 _encoding = None  # one per worker process
 
 
-def _init_worker():
+def _init_worker(encoding: tiktoken.Encoding):
     global _encoding
-    _encoding = load_gpt2()
+    _encoding = encoding  # gpt2 pickles by name: the worker looks it up in tiktoken's registry or cache
 
 
 def _encode(text: str) -> np.ndarray:
-    return np.array([BOS_ID] + _encoding.encode_ordinary(text), dtype=np.uint16)
+    return np.array([_encoding.eot_token] + _encoding.encode_ordinary(text), dtype=np.uint16)
 
 
 def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_field="text", line_docs=False,
-             workers=None, chunksize=64, verbose=False) -> list[Path]:
-    """Tokenize the documents of `inputs` into shards in `out`; return the shard paths in order."""
+             workers=None, chunksize=64, verbose=False, encoding=None) -> list[Path]:
+    """Tokenize the documents of `inputs` into shards in `out`; return the shard paths in order.
+
+    `encoding` is a tiktoken.Encoding whose <|endoftext|> token (eot_token) starts every document;
+    the default is GPT-2's.
+    """
     if shard_tokens < 1 or val_tokens < 0:
         raise ValueError("shard_tokens must be >= 1 and val_tokens >= 0")
     out = Path(out)
@@ -98,21 +130,20 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
         raise FileExistsError(f"{out} already holds {prefix}_*.bin shards ({existing[0].name} ...); "
                               "delete them or choose another --prefix or --out")
     files = input_files(inputs)
-    load_gpt2()  # fail here, with the message above, rather than in every worker
-    out.mkdir(parents=True, exist_ok=True)
+    encoding = load_gpt2() if encoding is None else encoding  # fail here, before anything is written
 
     paths = []
 
     def write(name, tokens):
+        paths.append(out / name)  # before writing, so that a failed write is cleaned up too
         write_shard(out / name, tokens)
-        paths.append(out / name)
         if verbose:
             print(f"{out / name}: {len(tokens):,} tokens", flush=True)
 
     val_docs, val_size = [], 0  # whole documents, so that no document is split between val and train
     writing_val = val_tokens > 0
     buffer, filled, train_index = np.empty(shard_tokens, dtype=np.uint16), 0, 1
-    with Pool(workers, initializer=_init_worker) as pool:
+    with _removed_on_failure(out, paths), Pool(workers, initializer=_init_worker, initargs=(encoding,)) as pool:
         # imap keeps input order, so the shards are the same for any number of workers
         for doc in pool.imap(_encode, read_documents(files, text_field, line_docs), chunksize=chunksize):
             if writing_val:
@@ -130,11 +161,30 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
                 if filled == shard_tokens:
                     write(f"{prefix}_train_{train_index:06d}.bin", buffer)
                     filled, train_index = 0, train_index + 1
-    if writing_val:
-        raise ValueError(f"the input has only {val_size:,} tokens, fewer than --val_tokens {val_tokens:,} + 1")
-    if filled:
-        write(f"{prefix}_train_{train_index:06d}.bin", buffer[:filled])
+        if writing_val:
+            raise ValueError(f"the input has only {val_size:,} tokens, fewer than --val_tokens {val_tokens:,} + 1")
+        if filled:
+            write(f"{prefix}_train_{train_index:06d}.bin", buffer[:filled])
     return paths
+
+
+@contextmanager
+def _removed_on_failure(out: Path, shards: list[Path]):
+    """Create the folder `out`; if the block fails, remove `shards` and the folders created here, nothing else."""
+    new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:  # Ctrl-C too: a partial set of shards would make the rerun refuse this prefix
+        for path in shards:
+            path.unlink(missing_ok=True)
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # write_shard's file, if it stopped midway
+        for folder in new_folders:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty: something else wrote there meanwhile, so keep it and its parents
+                break
+        raise
 
 
 def main(argv=None):

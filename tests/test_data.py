@@ -1,24 +1,29 @@
-"""Token shards and the data/ tools: format errors, exact round trips, tokenization, synthetic
-data and the download script (hub monkeypatched, no network).
+"""Token shards and the data/ tools: format errors, exact round trips, tokenization (a tiny generated
+encoding; one GPT-2 test), synthetic data and the download script (hub monkeypatched, no network).
 
     python3 -m pytest -q tests/test_data.py
 """
 import importlib
 import json
+import logging
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tiktoken
+import tiktoken.load
+import tiktoken.registry
 import torch
+from huggingface_hub.utils import LocalEntryNotFoundError
 
-import train_gpt
 from train_gpt import HEADER_BYTES, SHARD_MAGIC, SHARD_VERSION, ShardError, load_shard, read_shard_header, write_shard
 
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
 tokenize_text = importlib.import_module("data.tokenize_text")
 
+# Optional: GPT-2's BPE files, cached for offline machines (only the GPT-2 test uses them)
 TIKTOKEN_CACHE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tiktoken_cache"
 
 
@@ -89,66 +94,176 @@ def test_write_rejects_tokens_outside_uint16(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# data/tokenize_text.py (needs tiktoken's GPT-2 files, which cannot be downloaded here)
+# data/tokenize_text.py (a tiny byte-level encoding built here; one test needs GPT-2's BPE files)
 
 DOCS = ["Hello world", "Second document.\nIt has two lines and <|endoftext|> as plain text.",
         "Ünïcödé ✓ 日本語", "", "x"]
 
 
-@pytest.fixture
-def gpt2(monkeypatch):
-    if not TIKTOKEN_CACHE.is_dir():
-        pytest.skip(f"tiktoken's GPT-2 BPE files are not at {TIKTOKEN_CACHE} (offline, tiktoken cannot fetch them)")
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_CACHE))
-    return tokenize_text.load_gpt2()
+@pytest.fixture(scope="module")
+def tiny():
+    """256 byte tokens and <|endoftext|> = 256: every text round-trips, and nothing is downloaded."""
+    return tiktoken.Encoding(name="tiny_bytes", pat_str=r"\s+|\S+", mergeable_ranks={bytes([b]): b for b in range(256)},
+                             special_tokens={"<|endoftext|>": 256})
 
 
 def split_documents(tokens: np.ndarray, enc) -> list[str]:
-    assert tokens[0] == train_gpt.BOS_ID, "every stream starts with a document"
-    starts = np.flatnonzero(tokens == train_gpt.BOS_ID)
+    assert tokens[0] == enc.eot_token, "every stream starts with a document"
+    starts = np.flatnonzero(tokens == enc.eot_token)
     return [enc.decode(doc[1:].tolist()) for doc in np.split(tokens, starts[1:])]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_tokenize_round_trip(tmp_path, gpt2, workers):
-    src = tmp_path / "src"
+def write_corpus(src: Path) -> list[str]:
+    """A .jsonl and a .txt file in `src`; return their documents in order."""
     src.mkdir()
     (src / "a.jsonl").write_text("".join(json.dumps({"text": d, "id": i}) + "\n" for i, d in enumerate(DOCS)) + "\n")
     (src / "b.txt").write_text("A whole file\nis one document.\n")
+    return DOCS + ["A whole file\nis one document.\n"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_tokenize_round_trip(tmp_path, tiny, workers):
+    docs = write_corpus(tmp_path / "src")
     out = tmp_path / "out"
-    paths = tokenize_text.tokenize([src], out, "t", shard_tokens=7, val_tokens=5, workers=workers, chunksize=2)
+    paths = tokenize_text.tokenize([tmp_path / "src"], out, "t", shard_tokens=20, val_tokens=12, workers=workers,
+                                   chunksize=2, encoding=tiny)
 
     names = [p.name for p in paths]
     assert names[0] == "t_val_000000.bin" and names[1:] == [f"t_train_{i:06d}.bin" for i in range(1, len(names))]
-    assert all(read_shard_header(p) == 7 for p in paths[1:-1]) and 0 < read_shard_header(paths[-1]) <= 7
+    assert len(names) > 3, "documents continue across train shards"
+    assert all(read_shard_header(p) == 20 for p in paths[1:-1]) and 0 < read_shard_header(paths[-1]) <= 20
     val = shard_tokens(paths[:1])
-    assert len(val) > 5 and split_documents(val, gpt2) == DOCS[:2], "whole documents, at least val_tokens + 1"
-    assert split_documents(shard_tokens(paths), gpt2) == DOCS + ["A whole file\nis one document.\n"]
+    assert len(val) > 12 and split_documents(val, tiny) == DOCS[:2], "whole documents, at least val_tokens + 1"
+    assert split_documents(shard_tokens(paths), tiny) == docs
 
 
-def test_tokenize_line_docs_and_no_val(tmp_path, gpt2):
+def test_tokenize_line_docs_and_no_val(tmp_path, tiny):
     (tmp_path / "lines.txt").write_text("first line\n\nsecond line\n")
-    paths = tokenize_text.tokenize([tmp_path / "lines.txt"], tmp_path / "out", "l", line_docs=True, workers=1)
+    paths = tokenize_text.tokenize([tmp_path / "lines.txt"], tmp_path / "out", "l", line_docs=True, workers=1,
+                                   encoding=tiny)
     assert [p.name for p in paths] == ["l_train_000001.bin"]
-    assert split_documents(shard_tokens(paths), gpt2) == ["first line", "second line"]
+    assert split_documents(shard_tokens(paths), tiny) == ["first line", "second line"]
 
 
-def test_tokenize_refuses_to_mix_with_old_shards(tmp_path, gpt2):
+def test_tokenize_refuses_to_mix_with_old_shards(tmp_path, tiny):
     (tmp_path / "d.txt").write_text("doc")
-    tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1)
+    tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
     with pytest.raises(FileExistsError, match="already holds p_"):
-        tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1)
+        tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
 
 
-def test_tokenize_input_errors(tmp_path, gpt2):
+def test_tokenize_input_errors(tmp_path, tiny):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"body": "no text field"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object with a 'text' field"):
-        tokenize_text.tokenize([tmp_path / "bad.jsonl"], tmp_path / "o1", "p", workers=1)
+        tokenize_text.tokenize([tmp_path / "bad.jsonl"], tmp_path / "o1", "p", workers=1, encoding=tiny)
     (tmp_path / "small.txt").write_text("tiny")
     with pytest.raises(ValueError, match="fewer than --val_tokens"):
-        tokenize_text.tokenize([tmp_path / "small.txt"], tmp_path / "o2", "p", val_tokens=1000, workers=1)
+        tokenize_text.tokenize([tmp_path / "small.txt"], tmp_path / "o2", "p", val_tokens=1000, workers=1,
+                               encoding=tiny)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        tokenize_text.tokenize([tmp_path / "missing.txt"], tmp_path / "o3", "p", workers=1)
+        tokenize_text.tokenize([tmp_path / "missing.txt"], tmp_path / "o3", "p", workers=1, encoding=tiny)
+
+
+NOT_UTF8 = {  # file name, content after a long first line, extra arguments, column of the bad byte (on line 4)
+    "jsonl": ("latin1.jsonl", b'\n{"text": "ok"}\n\n{"text": "caf\xe9"}\n', [], 14),
+    "txt_lines": ("latin1.txt", b"\nok\n\ncaf\xe9\n", ["--line_docs"], 4),
+    "txt_whole": ("latin1.txt", b"\nok\n\ncaf\xe9\n", [], 4),
+}
+
+
+@pytest.mark.parametrize("case", NOT_UTF8)
+def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeypatch, case):
+    name, content, args, column = NOT_UTF8[case]
+    (tmp_path / "first.txt").write_text("a good file first")
+    # a first line longer than the decoder's read buffer, whose error position then counts from a later read
+    (tmp_path / name).write_bytes(json.dumps({"text": "x" * 10_000}).encode() + content)
+    monkeypatch.setattr(tokenize_text, "load_gpt2", lambda: tiny)
+    with pytest.raises(SystemExit) as e:
+        tokenize_text.main([str(tmp_path / "first.txt"), str(tmp_path / name), "--out", str(tmp_path / "out"),
+                            "--prefix", "p", "--workers", "1", *args])
+    message = str(e.value.code)
+    assert message.startswith(f"tokenize_text.py: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
+                              "convert the file to UTF-8"), message
+    assert "\n" not in message
+
+
+FAILURES = {  # what goes wrong after some shards were written: the error it raises
+    "bad_input": (ValueError, "not UTF-8"),
+    "disk_full": (OSError, "No space left on device"),
+}
+
+
+@pytest.mark.parametrize("out_exists", [False, True], ids=["new_out", "existing_out"])
+@pytest.mark.parametrize("failure", FAILURES)
+def test_failed_tokenize_removes_only_what_it_created(tmp_path, tiny, monkeypatch, failure, out_exists):
+    (tmp_path / "docs.txt").write_text("".join(f"document {i}\n" for i in range(50)))
+    (tmp_path / "more.txt").write_bytes(b"caf\xe9\n" if failure == "bad_input" else b"more\n")
+    out = tmp_path / "kept" if out_exists else tmp_path / "new" / "sub" / "out"
+    others = ["other.bin", "q_train_000001.bin"]
+    if out_exists:
+        out.mkdir()
+        for name in others:
+            (out / name).write_bytes(b"not this run's")
+    written = []
+
+    def write_shard_until_disk_full(path, tokens):
+        written.append(path)
+        if failure == "disk_full" and len(written) == 3:  # stopped midway, as write_shard leaves it
+            path.with_name(path.name + ".tmp").write_bytes(b"partial")
+            raise OSError(28, "No space left on device")
+        write_shard(path, tokens)
+    monkeypatch.setattr(tokenize_text, "write_shard", write_shard_until_disk_full)
+    error, words = FAILURES[failure]
+    with pytest.raises(error, match=words):
+        tokenize_text.tokenize([tmp_path / "docs.txt", tmp_path / "more.txt"], out, "p", shard_tokens=16,
+                               line_docs=True, workers=1, chunksize=1, encoding=tiny)
+    assert len(written) >= 3, "it failed after writing shards"
+    if out_exists:
+        assert sorted(p.name for p in out.iterdir()) == others
+    else:
+        assert not (tmp_path / "new").exists(), "the folders this run created are gone"
+        assert tmp_path.exists()
+
+
+def test_gpt2_unavailable_is_one_line_with_the_fix(tmp_path, monkeypatch, capfd):
+    """Offline with no cached BPE files: a one-line error naming TIKTOKEN_CACHE_DIR, and no output folder."""
+    def no_network(url):
+        raise ConnectionError(f"Failed to resolve host for {url}")
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # forget a gpt2 loaded by another test
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "empty_cache"))
+    (tmp_path / "d.txt").write_text("doc")
+    with pytest.raises(SystemExit) as e:
+        tokenize_text.main([str(tmp_path / "d.txt"), "--out", str(tmp_path / "out"), "--prefix", "p"])
+    message = str(e.value.code)
+    assert message == ("tokenize_text.py: cannot load tiktoken's gpt2 encoding: its BPE files are not in "
+                       f"TIKTOKEN_CACHE_DIR ({tmp_path / 'empty_cache'}) and downloading them failed "
+                       "(ConnectionError); set TIKTOKEN_CACHE_DIR to a folder holding the GPT-2 BPE files, "
+                       "or run once with network access to cache them")
+    assert capfd.readouterr().err == "" and not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def gpt2(monkeypatch):
+    """tiktoken's gpt2 encoding: from the shared offline cache if there is one, else tiktoken's cache or download."""
+    if TIKTOKEN_CACHE.is_dir():
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_CACHE))
+    try:
+        return tokenize_text.load_gpt2()
+    except RuntimeError as e:
+        pytest.skip(f"no GPT-2 BPE files: none at {TIKTOKEN_CACHE} and {e}")
+
+
+def test_gpt2_cli_round_trip(tmp_path, gpt2, capsys):
+    docs = write_corpus(tmp_path / "src")
+    out = tmp_path / "mine"
+    tokenize_text.main([str(tmp_path / "src"), "--out", str(out), "--prefix", "g", "--val_tokens", "10",
+                        "--workers", "2"])
+    assert capsys.readouterr().out.endswith(f"2 shards written to {out}\n")
+    paths = [out / "g_val_000000.bin", out / "g_train_000001.bin"]
+    tokens = shard_tokens(paths)
+    assert gpt2.eot_token == 50256 and tokens[:3].tolist() == [50256, 15496, 995], "<|endoftext|> Hello world"
+    assert split_documents(tokens, gpt2) == docs
 
 
 # -----------------------------------------------------------------------------
@@ -211,12 +326,13 @@ def test_synthetic_refuses_stale_extra_shards(tmp_path):
 # -----------------------------------------------------------------------------
 # data/download.py (the hub call is replaced; nothing leaves this machine)
 
-def fake_hub(calls, fail_on=None):
+def fake_hub(calls, fail_on=None, error=None):
     def hf_hub_download(repo_id, filename, repo_type, local_dir):
         calls.append(filename)
         assert (repo_id, repo_type) == ("kjj0/fineweb10B-gpt2", "dataset")
-        if filename == fail_on:
-            raise ConnectionError("Failed to resolve 'huggingface.co'")
+        if filename == fail_on:  # offline, the real client logs a warning per retry, then raises
+            logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+            raise error
         write_shard(Path(local_dir) / filename, np.arange(5))
         return str(Path(local_dir) / filename)
     return hf_hub_download
@@ -237,13 +353,30 @@ def test_download_skips_valid_and_refetches_invalid(tmp_path, monkeypatch, capsy
     assert calls == []
 
 
-def test_download_unreachable_hub_exits_with_instructions(tmp_path, monkeypatch):
+HUB_ERRORS = {  # what the client raises: the words the error line must hold
+    "offline": (LocalEntryNotFoundError("An error happened while trying to locate the file on the Hub and we cannot "
+                                        "find the requested files in the local cache. Please check your connection"),
+                "the Hugging Face hub is unreachable."),
+    "other": (PermissionError("[Errno 13] Permission denied:\n  'out/.cache'"),
+              "PermissionError: [Errno 13] Permission denied: 'out/.cache'."),
+}
+
+
+@pytest.mark.parametrize("case", HUB_ERRORS)
+def test_download_failure_is_one_line_with_what_to_do(tmp_path, monkeypatch, caplog, capfd, case):
+    error, problem = HUB_ERRORS[case]
+    caplog.set_level(logging.WARNING, logger="huggingface_hub")  # the client's default, restored after the test
     calls = []
-    monkeypatch.setattr(download, "hf_hub_download", fake_hub(calls, fail_on="fineweb_train_000002.bin"))
+    monkeypatch.setattr(download, "hf_hub_download", fake_hub(calls, "fineweb_train_000002.bin", error))
     with pytest.raises(SystemExit) as e:
         download.main(["3", "--out", str(tmp_path)])
     message = str(e.value.code)  # a string code: printed to stderr, exit status 1
-    assert "could not fetch fineweb_train_000002.bin" in message and "ConnectionError" in message
-    assert "run the same command again" in message and str(tmp_path) in message
+    assert message.startswith("download.py: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
+                              f"kjj0/fineweb10B-gpt2: {problem} Rerun with network access"), message
+    copy_by_hand = f"copy fineweb_val_000000.bin and the train shards up to fineweb_train_000003.bin into {tmp_path}/"
+    assert copy_by_hand in message
+    assert "--train_files/--val_files" in message and "\n" not in message and "file(s)" not in message
+    assert not caplog.records and "Retrying" not in capfd.readouterr().err, "the hub client's warnings are hidden"
+    assert logging.getLogger("huggingface_hub").level == logging.WARNING, "and shown again afterwards"
     assert calls == ["fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"]
     assert (tmp_path / "fineweb_train_000001.bin").exists()  # what arrived is kept for the retry

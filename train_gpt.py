@@ -97,11 +97,12 @@ class Hyperparameters:
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
     save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
     # reliability and debugging
-    guard_every: int = 25  # read the device-side non-finite flag every N steps (a host sync) and at validations; 0: off
+    guard_every: int = 50  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
     inject_fault_step: int = -1  # tests only: poison one MLP output with NaN at this step
     profile_steps: str = ""  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
     sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
     replay: str = ""  # path of a capture: re-run its step and report the first non-finite tensors
+    emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
 
 def parse_args(argv: list[str]) -> Hyperparameters:
@@ -155,6 +156,11 @@ class Runtime:
     def is_master(self) -> bool:
         return self.rank == 0
 
+    @property
+    def distributed(self) -> bool:
+        """Whether collectives run: False at world size 1 and in an emulated world (--emulate_world_size)."""
+        return dist.is_initialized()
+
 
 def setup_runtime(args: Hyperparameters) -> Runtime:
     rank = int(os.environ.get("RANK", 0))
@@ -185,6 +191,11 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
         dist.broadcast_object_list(chosen, 0)
         if rank != 0:
             attention = select_attention(args, device, routes=(chosen[0],))
+    if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
+        if world_size > 1 or 8 % args.emulate_world_size:
+            raise SystemExit(f"error: --emulate_world_size {args.emulate_world_size} needs one process and a world "
+                             "size dividing 8 (1, 2, 4 or 8)")
+        world_size = args.emulate_world_size
     return Runtime(rank, world_size, device, 8 // world_size, attention)
 
 # -----------------------------------------------------------------------------
@@ -756,9 +767,6 @@ class GPT(nn.Module):
         D = self.cfg.model_dim
         return {"attn_bank": (4 * len(self.cfg.attn_layers), D, D), "mlp_bank": (2 * self.cfg.mlp_bank_layers, 4 * D, D)}
 
-    def muon_matrix_lr_muls(self) -> dict[str, list[float]]:
-        return {"mlp_bank": [1.0, 2.0] * self.cfg.mlp_bank_layers}  # MLP output projections get 2x lr
-
     def reset_rotary(self):
         self.rotary.reset()
         self.rotary_paired.reset()
@@ -893,15 +901,17 @@ class GPT(nn.Module):
 class ParamRule:
     optim: str  # "normuon" | "adam"
     sharded: bool  # reduce-scatter grads, update a 1/world slice, all-gather (else all-reduce, update all)
+    sparse: bool = False  # sharded, but at world 8 without accumulation only the rows each rank touched travel
     betas: tuple = (0.9, 0.99)  # Adam only
     lr_mul: float = 1.0
     wd_mul: float = 1.0
+    matrix_lr_muls: tuple = ()  # NorMuon only: per-matrix lr multipliers, repeated along the bank's matrices
 
 
 # Row order is the order in which gradient reductions are launched (largest first).
 PARAM_RULES = {
     "attn_bank":      ParamRule("normuon", sharded=True),
-    "mlp_bank":       ParamRule("normuon", sharded=True),
+    "mlp_bank":       ParamRule("normuon", sharded=True, matrix_lr_muls=(1.0, 2.0)),  # [W_in, W_out]: 2x lr out
     "attn_lambdas":   ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=5.0, wd_mul=0.0),
     "scalars":        ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=5.0, wd_mul=0.0),
     "smear_gate":     ParamRule("adam", sharded=False, betas=(0.9, 0.99), lr_mul=0.01, wd_mul=0.0),
@@ -909,7 +919,7 @@ PARAM_RULES = {
     "attn_gate_bank": ParamRule("adam", sharded=False, betas=(0.9, 0.99)),
     "ve_gate_bank":   ParamRule("adam", sharded=False, betas=(0.9, 0.99)),
     "lm_head":        ParamRule("adam", sharded=True, betas=(0.5, 0.95), wd_mul=150.0),
-    "bigram_embed":   ParamRule("adam", sharded=True, betas=(0.75, 0.95), lr_mul=75.0, wd_mul=5.0),
+    "bigram_embed":   ParamRule("adam", sharded=True, sparse=True, betas=(0.75, 0.95), lr_mul=75.0, wd_mul=5.0),
     "post_lambdas":   ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
     "x0_lambdas":     ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
     "bigram_lambdas": ParamRule("adam", sharded=False, betas=(0.9, 0.95), wd_mul=0.0),
@@ -922,6 +932,7 @@ PARAM_RULES = {
 WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank", "ve_gate_bank",
               "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "value_embeds", "bigram_embed",
               "lm_head", "embed", "attn_bank", "mlp_bank"]
+SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touches a small part of the table
 
 
 def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: Tensor, beta2: Tensor,
@@ -934,7 +945,7 @@ def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1
     exp_avg_sq.mul_(beta2).add_((1 - beta2) * g * g)
     update = exp_avg / (exp_avg_sq.sqrt() + eps) * step_size
     update = update + p * ((update * p) > 0) * decay
-    p.sub_(update.to(p.dtype))
+    p.sub_(update)  # computed in fp32 and rounded once to p's dtype
 
 
 def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: Tensor, beta2: Tensor,
@@ -944,7 +955,9 @@ def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: T
     v: (n, R, C) orthogonalized update; second_moment: (n, R, 1) or (n, 1, C) running mean of v^2 over
     the longer side's complement; lr: (n, 1, 1) per-matrix lr; decay: wd * base lr (0-D).
     The bf16 weights (p_bits, viewed as int16) plus their 16 lost mantissa bits form an exact fp32
-    master copy, so small updates are not rounded away.
+    master copy, so small updates are not rounded away. The normalized update stays fp32 up to that master
+    copy (the reference rounds it to bf16 first): one rounding fewer, and free, as this function is one fused
+    kernel that never stores the update.
     """
     v = v.float()
     reduce_dim = -1 if v.size(-2) >= v.size(-1) else -2
@@ -963,48 +976,113 @@ def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: T
     mantissa.copy_(bits.to(torch.int16))
 
 
+@dataclass(frozen=True)
+class Collective:
+    """One collective an optimizer step launches: a row of the communication ledger."""
+    param: str
+    op: str  # "all_reduce" | "reduce_scatter" | "all_gather" | "all_to_all"
+    dtype: torch.dtype
+    numel: int  # elements of the whole tensor (a reduction's input, a gather's output); all_to_all: those sent
+
+    def wire_bytes(self, world_size: int) -> int:
+        """Bytes each rank sends: ring algorithms send (W-1)/W of the tensor per pass, an all-reduce two passes;
+        an all-to-all sends its rows once."""
+        nbytes = self.numel * self.dtype.itemsize
+        if self.op == "all_to_all":
+            return nbytes
+        return round(nbytes * (world_size - 1) / world_size * (2 if self.op == "all_reduce" else 1))
+
+
 class NorMuonAdam:
     """One optimizer for all parameters, configured by PARAM_RULES (keyed by parameter name).
 
     step() runs three phases: (1) launch every gradient reduction in PARAM_RULES order;
     (2) in WORK_ORDER, wait for a reduction, update this rank's slice, launch its all-gather;
-    (3) wait for the gathers. World size 1 runs the same code with the collectives skipped.
+    (3) wait for the gathers. World size 1 runs the same code with the collectives skipped, and so does an
+    emulated world size (Runtime.distributed False: one process timing rank 0's share of a larger run).
+    Gradients travel in their parameter's dtype (bf16 for the banks and tables; the token tables sum their
+    micro-batches in fp32 locally and round once before sending). At world 8 without accumulation the bigram
+    table's gradient travels as the rows each rank touched, to the rank that owns them: every rank cuts all 8
+    micro-batches (TrainLoader), so each knows which rows every rank touched and no index or count exchange is
+    needed, only the rows.
     Adam parameters step only on odd steps, accumulating two steps of gradients (@classiclarryd).
     While tied, the embedding's gradient is folded into the (transposed) head's and the embedding
     is rewritten from the head after each update.
     """
 
-    def __init__(self, model: GPT, hp: Hyperparameters, rank: int, world_size: int, compile: bool):
-        self.hp, self.rank, self.world_size = hp, rank, world_size
+    def __init__(self, model: GPT, hp: Hyperparameters, rt: Runtime, compile: bool):
+        self.hp, self.rank, self.world_size, self.distributed = hp, rt.rank, rt.world_size, rt.distributed
         self.params = dict(model.named_parameters())
         self.gradients = model.gradients
         assert set(self.params) == set(PARAM_RULES) == set(WORK_ORDER), "every parameter needs a PARAM_RULES row"
         self.matrix_shapes = model.muon_matrix_shapes()
+        self.comms = {name: self._comms(name, rt) for name in self.params}
         self.state: dict[str, dict] = {}
         for name, p in self.params.items():
             rule = PARAM_RULES[name]
             shape = self.matrix_shapes[name] if rule.optim == "normuon" else p.shape
-            if rule.sharded and shape[0] % world_size:
-                raise ValueError(f"{name}: leading dim {shape[0]} does not split over {world_size} ranks")
-            rows = shape[0] // world_size if rule.sharded else shape[0]
+            if rule.sharded and shape[0] % self.world_size:
+                raise ValueError(f"{name}: leading dim {shape[0]} does not split over {self.world_size} ranks")
+            rows = shape[0] // self.world_size if rule.sharded else shape[0]
             shard_shape = (rows, *shape[1:])
             if rule.optim == "adam":
                 self.state[name] = dict(step=0, exp_avg=torch.zeros(shard_shape, device=p.device),
                                         exp_avg_sq=torch.zeros(shard_shape, device=p.device))
             else:
                 n, R, C = shard_shape
-                lr_muls = torch.tensor(model.muon_matrix_lr_muls().get(name, [1.0] * shape[0]), device=p.device)
+                pattern = rule.matrix_lr_muls or (1.0,)
+                lr_muls = torch.tensor([pattern[i % len(pattern)] for i in range(shape[0])], device=p.device)
                 shape_mul = max(1.0, R / C) ** 0.5  # tall matrices get a larger step
                 self.state[name] = dict(
                     momentum=torch.zeros(shard_shape, device=p.device),
                     second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
                     mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
-                    lr_muls=(shape_mul * lr_muls[rank * n:(rank + 1) * n]).view(n, 1, 1))
+                    lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
+        # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
+        self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
+                        for name, comms in self.comms.items() if comms == "sparse"}
         self.tied = True
         maybe = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
         # 0-D CPU tensors for per-step values, so compiled graphs do not specialize on them
         self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "lr", "beta1", "beta2", "eps")}
+
+    def _comms(self, name: str, rt: Runtime) -> str:
+        rule = PARAM_RULES[name]
+        if rt.world_size == 1:
+            return "none"
+        if not rule.sharded:
+            return "all_reduce"
+        if rule.sparse and rt.world_size == SPARSE_WORLD_SIZE and rt.grad_accum_steps == 1:
+            return "sparse"
+        return "reduce_scatter"
+
+    def note_touched_rows(self, rows_by_rank: list[np.ndarray]):
+        """The bigram table rows each rank's micro-batches of this step look up (in rank order)."""
+        for touched in self.touched.values():
+            for rank, rows in enumerate(rows_by_rank):
+                touched[rank, torch.from_numpy(rows)] = True
+
+    def ledger(self, do_adam: bool, tied: bool, sparse_rows_sent: int = 0) -> list[Collective]:
+        """The collectives step(do_adam) launches with the embedding tied or not, in launch order (gathers in
+        work order after the reductions). sparse_rows_sent: rows this rank sends of a sparse table (data-dependent)."""
+        if self.world_size == 1:
+            return []
+        rows = []
+        for name in self._active(do_adam, tied):
+            p, comms = self.params[name], self.comms[name]
+            if comms == "sparse":
+                rows.append(Collective(name, "all_to_all", p.dtype, sparse_rows_sent * p.size(1)))
+            else:
+                rows.append(Collective(name, "reduce_scatter" if comms == "reduce_scatter" else "all_reduce",
+                                       p.dtype, p.numel()))
+        rows += [Collective(name, "all_gather", self.params[name].dtype, self.params[name].numel())
+                 for name in WORK_ORDER if name in self._active(do_adam, tied) and PARAM_RULES[name].sharded]
+        return rows
+
+    def _active(self, do_adam: bool, tied: bool) -> list[str]:
+        """Parameters this step updates, in reduction order (while tied the embedding rides on the head)."""
+        return [n for n in PARAM_RULES if (do_adam or PARAM_RULES[n].optim == "normuon") and not (tied and n == "embed")]
 
     def _shard(self, name: str, t: Tensor) -> Tensor:
         """This rank's rows of a full-size tensor (param or grad), in the view the rule optimizes."""
@@ -1017,19 +1095,57 @@ class NorMuonAdam:
         return t[self.rank * rows:(self.rank + 1) * rows]
 
     def _launch_reduce(self, name: str, grad: Tensor):
-        """Start averaging `grad` over ranks; returns (work handle or None, the reduced shard)."""
-        rule = PARAM_RULES[name]
-        if rule.optim == "normuon":
-            grad = grad.view(self.matrix_shapes[name])
-        if self.world_size == 1:
-            return None, grad
-        if rule.sharded:
-            shard = torch.empty_like(grad[:grad.size(0) // self.world_size])
-            return dist.reduce_scatter_tensor(shard, grad, op=dist.ReduceOp.AVG, async_op=True), shard
-        return dist.all_reduce(grad, op=dist.ReduceOp.AVG, async_op=True), grad
+        """Start averaging `grad` over ranks; returns a function that waits and gives this rank's reduced shard."""
+        comms, p = self.comms[name], self.params[name]
+        if comms == "sparse":
+            return self._launch_sparse(name, grad)
+        if comms == "none" or not self.distributed:
+            shard = self._shard(name, grad)
+            return lambda: shard
+        wire = grad.to(p.dtype)  # the token tables' fp32 sums round once here; others already have p's dtype
+        if PARAM_RULES[name].optim == "normuon":
+            wire = wire.view(self.matrix_shapes[name])
+        if comms == "all_reduce":
+            shard = wire
+            work = dist.all_reduce(shard, op=dist.ReduceOp.AVG, async_op=True)
+        else:
+            shard = torch.empty_like(wire[:wire.size(0) // self.world_size])
+            work = dist.reduce_scatter_tensor(shard, wire, op=dist.ReduceOp.AVG, async_op=True)
+
+        def reduced() -> Tensor:
+            work.wait()
+            return shard
+        return reduced
+
+    def _launch_sparse(self, name: str, grad: Tensor):
+        """Send the touched rows of other ranks' slices to their owners (one all-to-all); the owner adds what it
+        receives to its own slice of `grad` (fp32, already holding this rank's rows) and averages."""
+        W, me, touched = self.world_size, self.rank, self.touched[name]  # touched: (W, rows) bool, on the host
+        per = touched.size(1) // W
+        mine = touched[me].nonzero()[:, 0]
+        owner = mine // per
+        send_rows, send_counts = mine[owner != me], torch.bincount(owner[owner != me], minlength=W).tolist()
+        recv_parts = [touched[r, me * per:(me + 1) * per].nonzero()[:, 0] for r in range(W)]
+        recv_parts[me] = recv_parts[me][:0]  # this rank's own rows are in its slice already
+        recv_counts = [part.numel() for part in recv_parts]
+        touched.fill_(False)
+        as_index = (lambda t: t.pin_memory().to(grad.device, non_blocking=True)) if grad.is_cuda else (lambda t: t)
+        send_idx, recv_idx = as_index(send_rows), as_index(torch.cat(recv_parts))
+        shard = grad[me * per:(me + 1) * per]
+        if not self.distributed:
+            return lambda: shard
+        sent = grad.index_select(0, send_idx).to(self.params[name].dtype)  # (rows, D) in the wire dtype
+        received = sent.new_empty(sum(recv_counts), grad.size(1))
+        work = dist.all_to_all_single(received, sent, output_split_sizes=recv_counts, input_split_sizes=send_counts,
+                                      async_op=True)
+
+        def merge() -> Tensor:
+            work.wait()
+            return shard.index_add_(0, recv_idx, received.float()).mul_(1 / W)
+        return merge
 
     def _launch_gather(self, name: str):
-        if self.world_size == 1 or not PARAM_RULES[name].sharded:
+        if self.comms[name] in ("none", "all_reduce") or not self.distributed:
             return None
         full = self.params[name].data
         if PARAM_RULES[name].optim == "normuon":
@@ -1037,20 +1153,19 @@ class NorMuonAdam:
         return dist.all_gather_into_tensor(full, self._shard(name, full), async_op=True)
 
     @torch.no_grad()
-    def step(self, lr_scale: float, muon_momentum: float, do_adam: bool):
-        """lr_scale: the schedule's multiplier on every base lr."""
-        active = [n for n in PARAM_RULES if (do_adam or PARAM_RULES[n].optim == "normuon")
-                  and not (self.tied and n == "embed")]
+    def step(self, lr_scale: float, muon_momentum: float, do_adam: bool, grad_norms: bool = False) -> list[Tensor]:
+        """lr_scale: the schedule's multiplier on every base lr. grad_norms: also return the norm of every reduced
+        gradient shard the step read (for the non-finite guard: it costs no extra communication)."""
+        active = self._active(do_adam, self.tied)
         grads = self.gradients()
         if self.tied and do_adam:  # the embedding's gradient belongs to the head while they are tied
             transpose_add(grads["embed"], grads["lm_head"])
         reductions = {n: self._launch_reduce(n, grads[n]) for n in active}  # phase 1
 
-        gathers, head_gather = [], None
+        shards, gathers, head_gather = [], [], None
         for name in (n for n in WORK_ORDER if n in reductions):  # phase 2
-            work, grad = reductions[name]
-            if work is not None:
-                work.wait()
+            grad = reductions[name]()
+            shards.append(grad)
             if PARAM_RULES[name].optim == "adam":
                 self._adam_step(name, grad, lr_scale)
             else:
@@ -1060,6 +1175,7 @@ class NorMuonAdam:
                 head_gather = work
             elif work is not None:
                 gathers.append(work)
+        norms = torch._foreach_norm(shards) if grad_norms else []  # before the zeroing below
 
         if self.tied and do_adam:  # phase 3
             if head_gather is not None:
@@ -1071,6 +1187,7 @@ class NorMuonAdam:
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
         torch._foreach_zero_([g for n, g in grads.items() if do_adam or PARAM_RULES[n].optim == "normuon"])
+        return norms
 
     def _adam_step(self, name: str, grad: Tensor, lr_scale: float):
         rule, state = PARAM_RULES[name], self.state[name]
@@ -1104,13 +1221,17 @@ class NorMuonAdam:
         for key in ("exp_avg", "exp_avg_sq"):
             full = head[key]
             if self.world_size > 1:
-                full = torch.empty(self.params["lm_head"].shape, device=full.device)
-                dist.all_gather_into_tensor(full, head[key].contiguous())
+                full = torch.zeros(self.params["lm_head"].shape, device=full.device)
+                if self.distributed:
+                    dist.all_gather_into_tensor(full, head[key].contiguous())
+                else:  # emulated: only this rank's rows are known
+                    self._shard("lm_head", full).copy_(head[key])
             emb[key].copy_(self._shard("embed", full.T))
         self.tied = False
 
     def state_dict(self) -> dict:
-        return dict(tied=self.tied, state=copy.deepcopy(self.state))
+        """The live state (copy it to keep it: copy_tree)."""
+        return dict(tied=self.tied, state=self.state, touched=self.touched)
 
     def load_state_dict(self, sd: dict):
         self.tied = sd["tied"]
@@ -1120,6 +1241,8 @@ class NorMuonAdam:
                     self.state[name][key].copy_(value)
                 else:
                     self.state[name][key] = value
+        for name, touched in sd["touched"].items():
+            self.touched[name][:] = touched
 
 # -----------------------------------------------------------------------------
 # Data: BOS-aligned training micro-batches, contiguous validation tokens
@@ -1217,34 +1340,43 @@ class CuSeqlensCapacity:
         return self.capacity[micro_tokens]
 
 
-def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram_rows: int,
+def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
                      device: torch.device) -> MicroBatch:
-    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T)."""
+    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
+    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
     T = buf.size - 1
     cu = np.full(capacity, T, dtype=np.int32)
     cu[0] = 0
     cu[1:seq_ends.size + 1] = seq_ends
-    inputs = buf[:-1].astype(np.int32)
     pin = device.type == "cuda"
 
     def to_device(a: np.ndarray) -> Tensor:
         t = torch.from_numpy(a)
         return t.pin_memory().to(device, non_blocking=True) if pin else t
-    return MicroBatch(to_device(inputs), to_device(buf[1:].astype(np.int64)), to_device(cu),
-                      to_device(bigram_hash(inputs, bigram_rows)))
+    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
+                      to_device(bigram))
+
+
+@dataclass
+class StepData:
+    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
+    bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
 
 
 class TrainLoader:
     """Each step cuts 8 micro-batches from the token stream, each T+1 tokens of whole-document starts:
     every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
-    document is skipped). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
-    any world size sees the same batches. The next shard loads in a background thread."""
+    document is skipped). The 8 micro-batches of a step come from one shard: when it cannot supply all of
+    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
+    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
 
     def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0)):
+                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
+                 track_bigram_rows: bool = False):
         self.files = find_shards(pattern, "train")
         self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
-        self.bigram_rows, self.capacity = bigram_rows, capacity
+        self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
         self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
         self.next_file = self.shard_index
         self.shard = self._open_next()()
@@ -1261,34 +1393,43 @@ class TrainLoader:
         self.next_file += 1
         return get
 
-    def next_step(self, micro_tokens: int, max_seq_len: int) -> list[MicroBatch]:
-        """This rank's micro-batches of the next step, in accumulation order."""
-        mine = []
-        for slot in range(8):
-            starts, lengths = self._cut(micro_tokens + 1, max_seq_len)
-            if slot % self.world_size == self.rank:
-                buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
+    def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
+        """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
+        while (cuts := self._cut_step(micro_tokens + 1, max_seq_len)) is None:
+            self._advance_shard()
+        mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
+        for slot, (starts, lengths) in enumerate(cuts):
+            owner = slot % self.world_size
+            if owner != self.rank and rows is None:
+                continue
+            buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
+            bigram = bigram_hash(buf[:-1], self.bigram_rows)
+            if rows is not None:
+                rows[owner].append(bigram)
+            if owner == self.rank:
                 seq_ends = np.cumsum(lengths)
                 seq_ends[-1] -= 1  # the final token is only a target
                 cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
-                mine.append(make_micro_batch(buf, seq_ends, cap, self.bigram_rows, self.device))
-        return mine
+                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
+        return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
 
-    def _cut(self, need: int, max_seq_len: int) -> tuple[np.ndarray, np.ndarray]:
-        """Take documents from self.doc on until they hold `need` tokens; returns (starts, lengths)."""
-        while True:
-            bos, size = self.shard.bos, self.shard.tokens.size
-            starts = bos[self.doc:self.doc + need]  # each document gives >= 1 token, so `need` docs suffice
-            ends = np.append(bos[self.doc + 1:self.doc + need + 1], size)[:starts.size]
+    def _cut_step(self, need: int, max_seq_len: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """(starts, lengths) of 8 micro-batches of `need` tokens from self.doc on, or None if this shard runs out."""
+        bos, size, doc, cuts = self.shard.bos, self.shard.tokens.size, self.doc, []
+        for _ in range(8):
+            starts = bos[doc:doc + need]  # each document gives >= 1 token, so `need` documents suffice
+            ends = np.append(bos[doc + 1:doc + need + 1], size)[:starts.size]
             lengths = np.minimum(ends - starts, max_seq_len)
             total = np.cumsum(lengths)
             k = int(np.searchsorted(total, need))  # first document at which `need` is reached
-            if k < total.size:
-                lengths = lengths[:k + 1].copy()
-                lengths[k] -= total[k] - need
-                self.doc += k + 1
-                return starts[:k + 1], lengths
-            self._advance_shard()
+            if k == total.size:
+                return None
+            lengths = lengths[:k + 1].copy()
+            lengths[k] -= total[k] - need
+            cuts.append((starts[:k + 1], lengths))
+            doc += k + 1
+        self.doc = doc
+        return cuts
 
     def _advance_shard(self):
         if self._prefetch is None:
@@ -1338,8 +1479,9 @@ class ValData:
 
     def batch(self, j: int) -> MicroBatch:
         i = self.my_batches[j]
-        return make_micro_batch(self.tokens[i * self.T:(i + 1) * self.T + 1], self._seq_ends(i), self.capacity,
-                                self.bigram_rows, self.device)
+        buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
+        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
+                                self.device)
 
 # -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
@@ -1456,28 +1598,62 @@ class NonFiniteError(RuntimeError):
 
 
 class NonFiniteGuard:
-    """Remembers on the device the first step whose losses or gradients were not all finite.
-    observe() costs one fused norm over the gradients per step and no host sync; read() syncs,
-    so the loop calls it every guard_every steps and at validations."""
+    """Remembers on the device the first step whose losses or reduced gradient shards were not all finite.
+
+    observe() folds in values the step computes anyway (each micro-batch's loss, the norms of the gradient
+    shards the optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
+    the flag, agreed over ranks, to the host; published() reads the copy started at the previous check, long
+    done by then, so the loop never drains the GPU's queue for it. read() is the waiting version, for points
+    where the loop waits anyway (validations)."""
     NONE = 2**62
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, distributed: bool):
         self.first_bad = torch.full((), self.NONE, dtype=torch.int64, device=device)
+        self.distributed = distributed
+        self._host = torch.full((), self.NONE, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self._copied = torch.cuda.Event() if device.type == "cuda" else None
 
-    def observe(self, step: int, losses: list[Tensor], grads: list[Tensor]):
-        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in torch._foreach_norm(grads))])
+    def observe(self, step: int, losses: list[Tensor], grad_norms: list[Tensor]):
+        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in grad_norms)])
         bad = ~torch.isfinite(values).all()
         self.first_bad = torch.where(bad & (self.first_bad == self.NONE), step, self.first_bad)
 
-    def read(self, world_size: int) -> int | None:
+    def _agreed(self) -> Tensor:
         first = self.first_bad.clone()
-        if world_size > 1:
+        if self.distributed:
             dist.all_reduce(first, op=dist.ReduceOp.MIN)
-        first = first.item()
+        return first
+
+    def publish(self):
+        self._host.copy_(self._agreed(), non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+
+    def published(self) -> int | None:
+        """The first bad step among those before the previous publish() (None: all finite)."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        first = int(self._host)
+        return None if first == self.NONE else first
+
+    def read(self) -> int | None:
+        """The first bad step so far (waits for the device)."""
+        first = self._agreed().item()
         return None if first == self.NONE else first
 
     def reset(self):
         self.first_bad.fill_(self.NONE)
+        self._host.fill_(self.NONE)
+
+
+def copy_tree(tree, into=None, device=None):
+    """Copy of nested dicts of tensors and plain values; into `into`'s tensors when given (same structure: no
+    allocation), else into new ones (on `device` if given)."""
+    if isinstance(tree, dict):
+        return {k: copy_tree(v, None if into is None else into[k], device) for k, v in tree.items()}
+    if isinstance(tree, Tensor):
+        return tree.detach().to(device, copy=True) if into is None else into.copy_(tree)
+    return tree
 
 
 def first_nonfinite(named: list[tuple[str, Tensor | None]]) -> list[str]:
@@ -1522,7 +1698,7 @@ def replay(hp: Hyperparameters) -> int:
         print(f"non-finite gradients: {', '.join(bad_grads)}")
         found = True
     if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
-        optimizer = NorMuonAdam(model, saved, 0, 1, compile=False)
+        optimizer = NorMuonAdam(model, saved, rt, compile=False)
         optimizer.load_state_dict(capture["optimizer"])
         optimizer.step(*capture["optimizer_args"])
         bad_params = first_nonfinite(list(model.named_parameters()))
@@ -1582,7 +1758,7 @@ class Trainer:
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
         self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if hp.compile else self.model
-        self.optimizer = NorMuonAdam(self.model, hp, rt.rank, rt.world_size, compile=hp.compile)
+        self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
         self.val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
@@ -1593,11 +1769,11 @@ class Trainer:
         graphs = hp.cuda_graphs and rt.device.type == "cuda"
         self.micro_step = MicroStepGraphs(self.forward_backward) if graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
-        self.guard = NonFiniteGuard(rt.device)
+        self.guard = NonFiniteGuard(rt.device, rt.distributed)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.hp.train_files, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
-                           self.bigram_rows, self.capacity, start)
+                           self.bigram_rows, self.capacity, start, track_bigram_rows=bool(self.optimizer.touched))
 
     def sync(self):
         if self.rt.device.type == "cuda":
@@ -1635,11 +1811,11 @@ class Trainer:
                         for mb in map(self.val.batch, range(len(self.val))))
         self.model.train()
         loss = total / len(self.val)
-        if self.rt.world_size > 1:
+        if self.rt.distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         return loss
 
-    def next_batches(self, step: int) -> list[MicroBatch]:
+    def next_batches(self, step: int) -> StepData:
         return self.loader.next_step(self.schedule.micro_batch_tokens(step), self.schedule.seq_len(step))
 
     def optimizer_args(self, step: int) -> tuple[float, float, bool]:
@@ -1651,25 +1827,35 @@ class Trainer:
         loss.backward()
         return loss.detach()
 
-    def train_step(self, step: int, batches: list[MicroBatch]):
+    def train_step(self, step: int, data: StepData):
         self.set_rotary(step)
         sched = self.forward_schedule(step)
-        losses = [self.micro_step(mb, sched) for mb in batches]
-        if self.hp.guard_every > 0:
-            self.guard.observe(step, losses, list(self.model.gradients().values()))
-        self.optimizer.step(*self.optimizer_args(step))
+        losses = [self.micro_step(mb, sched) for mb in data.micro_batches]
+        if data.bigram_rows is not None:
+            self.optimizer.note_touched_rows(data.bigram_rows)
+        guard = self.hp.guard_every > 0
+        grad_norms = self.optimizer.step(*self.optimizer_args(step), grad_norms=guard)
+        if guard:  # the losses and the gradient shards the optimizer read: no extra pass over the full gradients
+            self.guard.observe(step, losses, grad_norms)
         if step == self.schedule.split_step:
             self.optimizer.untie()
 
-    def snapshot(self, step: int) -> dict:
-        """Everything the next steps depend on (weights, gradients held for Adam's next step, optimizer state,
-        data position)."""
-        return dict(step=step, loader=self.loader.position(), optimizer=self.optimizer.state_dict(),
-                    model={k: v.detach().clone() for k, v in self.model.state_dict().items()},
-                    grads={k: v.clone() for k, v in self.model.gradients().items()})
+    def snapshot(self, step: int, into: dict | None = None) -> dict:
+        """Everything the steps from `step` on depend on: weights, optimizer state, data position, and the
+        gradients that Adam carries over from an even step (none before an even step: the odd one zeroed them).
+        `into`: an earlier snapshot whose buffers are reused."""
+        into = into or {}
+        carried = step % 2 == 1
+        return dict(step=step, loader=self.loader.position(),
+                    model=copy_tree(self.model.state_dict(), into.get("model")),
+                    optimizer=copy_tree(self.optimizer.state_dict(), into.get("optimizer")),
+                    grads=copy_tree(self.model.gradients(), into.get("grads")) if carried else None)
 
     def restore(self, snap: dict):
-        self.model.load_gradients(snap["grads"])
+        if snap["grads"] is not None:
+            self.model.load_gradients(snap["grads"])
+        else:
+            torch._foreach_zero_(list(self.model.gradients().values()))
         self.model.load_state_dict(snap["model"])
         self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])
@@ -1682,24 +1868,23 @@ class Trainer:
         for step in range(good["step"], bad_step):
             self.train_step(step, self.next_batches(step))
         self.set_rotary(bad_step)
-        batches = self.next_batches(bad_step)
+        data = self.next_batches(bad_step)
         sched = self.forward_schedule(bad_step)
         capture = dict(
             step=bad_step, detected_at=detected_at, rank=self.rt.rank, world_size=self.rt.world_size,
             grad_accum_steps=self.rt.grad_accum_steps, config=dataclasses.asdict(self.hp),
-            model={k: v.to("cpu", copy=True) for k, v in self.model.state_dict().items()},  # copy: step runs next
-            grads={k: v.to("cpu", copy=True) for k, v in self.model.gradients().items()},
-            optimizer=self.optimizer.state_dict(), optimizer_args=self.optimizer_args(bad_step),
+            model=copy_tree(self.model.state_dict(), device="cpu"),  # copies: the step runs next
+            grads=copy_tree(self.model.gradients(), device="cpu"),
+            optimizer=copy_tree(self.optimizer.state_dict(), device="cpu"), optimizer_args=self.optimizer_args(bad_step),
             rotary_extensions=list(self.rotary_extensions),
             forward=dict(short_window=sched.short_window, long_window=sched.long_window,
                          max_seq_len=sched.max_seq_len, mtp_weights=sched.mtp_weights.tolist(),
                          fault_layer=sched.fault_layer),
             batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
-                     for mb in batches],
-            rng=dict(cpu=torch.get_rng_state(), cuda=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None))
+                     for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
         self.guard.reset()
-        self.train_step(bad_step, batches)
-        capture["reproduced"] = self.guard.read(self.rt.world_size) == bad_step
+        self.train_step(bad_step, data)
+        capture["reproduced"] = self.guard.read() == bad_step
         path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
         torch.save(capture, path)
         return path
@@ -1730,7 +1915,9 @@ class Trainer:
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
         profiler = self.make_profiler()
         total = schedule.total_steps
-        good = self.snapshot(0)  # last state known to be finite, for captures
+        # The state at the last check known to be finite (for captures), and the one taken at the latest check,
+        # which becomes known-good when the next check reads the flag published with it.
+        good, pending = self.snapshot(0), None
         train_ms, t0 = 0.0, time.perf_counter()
         stage_ms, stage_start_ms, stage_now = {}, 0.0, 0
         for step in range(total + 1):
@@ -1744,14 +1931,18 @@ class Trainer:
             if last:  # before the final validation, so that its line ends the log
                 log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
-            if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # counted in train time: it is the guard's cost
-                bad = self.guard.read(rt.world_size)
+            if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # in train time: the guard's cost
+                bad = self.guard.read() if validate else self.guard.published()  # validations wait for the GPU anyway
                 if bad is not None:
                     path = self.capture_failure(good, bad, step)
                     raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
                                          f"capture of the state before it and its batch: {path} (one per rank). "
                                          f"Replay: python3 train_gpt.py --replay {path}")
-                good = self.snapshot(step)
+                if validate:  # everything so far is known finite
+                    good, pending = self.snapshot(step, into=pending or good), None
+                else:
+                    good, pending = (pending or good), self.snapshot(step, into=good if pending else None)
+                    self.guard.publish()
             if validate:
                 self.sync()
                 train_ms += 1000 * (time.perf_counter() - t0)
@@ -1816,7 +2007,7 @@ def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     torch.manual_seed(hp.seed)
     model = GPT(cfg).to(rt.device)
     model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
-    if rt.world_size > 1:
+    if rt.distributed:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)
     return model
@@ -1830,7 +2021,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not hp.run_id:
             box = [str(uuid.uuid4())]
-            if rt.world_size > 1:
+            if rt.distributed:
                 dist.broadcast_object_list(box, 0)
             hp.run_id = box[0]
         log = Logger(hp, rt.is_master)
@@ -1846,10 +2037,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             log(f"FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
         trainer.run()
-        if rt.world_size > 1:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
+        if rt.distributed:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
             dist.barrier()
     finally:
-        if rt.world_size > 1 and dist.is_initialized():
+        if rt.distributed:
             dist.destroy_process_group()
     return 0
 

@@ -31,3 +31,12 @@ def poison_empty(monkeypatch):
         out = empty(*args, **kwargs)
         return out.fill_(float("nan")) if out.is_floating_point() else out
     monkeypatch.setattr(torch, "empty", nan_empty)
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory):
+    sys.path.insert(0, os.path.join(REPO, "data"))
+    import synthetic
+    out = tmp_path_factory.mktemp("synthetic")
+    synthetic.generate(out=out, vocab_size=256, train_tokens=400_000, val_tokens=20_000, train_shards=2, seed=0)
+    return {"train": str(out / "synthetic_train_*.bin"), "val": str(out / "synthetic_val_*.bin")}

@@ -1834,7 +1834,8 @@ class Trainer:
         if data.bigram_rows is not None:
             self.optimizer.note_touched_rows(data.bigram_rows)
         guard = self.hp.guard_every > 0
-        grad_norms = self.optimizer.step(*self.optimizer_args(step), grad_norms=guard)
+        with torch.profiler.record_function("optimizer_step"):  # a named range in --profile_steps traces
+            grad_norms = self.optimizer.step(*self.optimizer_args(step), grad_norms=guard)
         if guard:  # the losses and the gradient shards the optimizer read: no extra pass over the full gradients
             self.guard.observe(step, losses, grad_norms)
         if step == self.schedule.split_step:
@@ -1915,9 +1916,7 @@ class Trainer:
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
         profiler = self.make_profiler()
         total = schedule.total_steps
-        # The state at the last check known to be finite (for captures), and the one taken at the latest check,
-        # which becomes known-good when the next check reads the flag published with it.
-        good, pending = self.snapshot(0), None
+        good, pending = self.snapshot(0), None  # see guard_check
         train_ms, t0 = 0.0, time.perf_counter()
         stage_ms, stage_start_ms, stage_now = {}, 0.0, 0
         for step in range(total + 1):
@@ -1932,17 +1931,7 @@ class Trainer:
                 log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
             if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # in train time: the guard's cost
-                bad = self.guard.read() if validate else self.guard.published()  # validations wait for the GPU anyway
-                if bad is not None:
-                    path = self.capture_failure(good, bad, step)
-                    raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
-                                         f"capture of the state before it and its batch: {path} (one per rank). "
-                                         f"Replay: python3 train_gpt.py --replay {path}")
-                if validate:  # everything so far is known finite
-                    good, pending = self.snapshot(step, into=pending or good), None
-                else:
-                    good, pending = (pending or good), self.snapshot(step, into=good if pending else None)
-                    self.guard.publish()
+                good, pending = self.guard_check(step, validate, good, pending)
             if validate:
                 self.sync()
                 train_ms += 1000 * (time.perf_counter() - t0)
@@ -1973,6 +1962,23 @@ class Trainer:
             torch.save(dict(config=dataclasses.asdict(hp), model=self.model.state_dict(),
                             optimizer=self.optimizer.state_dict()), path)
             log(f"saved {path}")
+
+    def guard_check(self, step: int, validate: bool, good: dict, pending: dict | None) -> tuple[dict, dict | None]:
+        """Stop with a capture if the guard saw a non-finite value; else advance the snapshots. `good`: the state at
+        the last check known finite; `pending`: the one taken at the latest check, known finite once the next
+        check reads the flag published with it. Validations wait for the GPU anyway, so they read the flag now."""
+        with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces
+            bad = self.guard.read() if validate else self.guard.published()
+            if bad is not None:
+                path = self.capture_failure(good, bad, step)
+                raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
+                                     f"capture of the state before it and its batch: {path} (one per rank). "
+                                     f"Replay: python3 train_gpt.py --replay {path}")
+            if validate:  # everything so far is known finite
+                return self.snapshot(step, into=pending or good), None
+            good, pending = (pending or good), self.snapshot(step, into=good if pending else None)
+            self.guard.publish()
+            return good, pending
 
     def make_profiler(self):
         """--profile_steps a:b: a Chrome trace of steps a..b-1 on rank 0, for finding exposed communication."""

@@ -1,5 +1,6 @@
-"""Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family and by kernel, and
-how long the GPU sat idle inside the profiled window (idle time = the host could not keep up).
+"""Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
+(the optimizer step, the guard's check) and by kernel, and how long the GPU sat idle inside the profiled
+window (idle time = the host could not keep up).
 
     python3 records/trace_summary.py logs/<run_id>_trace.json STEPS
 """
@@ -22,8 +23,8 @@ def family(name: str) -> str:
 
 
 def main(path: str, steps: int):
-    kernels = sorted((e for e in json.load(open(path))["traceEvents"] if e.get("cat") == "kernel"),
-                     key=lambda e: e["ts"])
+    events = json.load(open(path))["traceEvents"]
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     by_name = collections.defaultdict(lambda: [0.0, 0])
     for e in kernels:
         by_name[e["name"]][0] += e["dur"]
@@ -42,6 +43,14 @@ def main(path: str, steps: int):
     print("\nby family:")
     for fam, t in families.most_common(15):
         print(f"  {per_step(t):8.2f} ms/step {100 * t / busy:5.1f}%  {fam}")
+    regions = collections.Counter()  # train_gpt.py's record_function ranges, as the GPU ran them
+    for e in events:
+        if e.get("cat") == "gpu_user_annotation":
+            regions[e["name"]] += e["dur"]
+    if regions:
+        print("\nby region (first to last kernel of each range; kernels of other streams may run inside):")
+        for name, t in regions.most_common():
+            print(f"  {per_step(t):8.2f} ms/step  {name}")
     print("\ntop kernels:")
     for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]:
         print(f"  {per_step(t):8.2f} ms/step {100 * t / busy:5.1f}%  x{n // steps:<5d} {name[:100]}")

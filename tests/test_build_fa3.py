@@ -48,7 +48,7 @@ def run(*args, cuda=None):
 def test_help():
     r = run("--help")
     assert r.returncode == 0, r.stderr
-    for word in ("Usage: tools/build_fa3.sh", "--src DIR", "--out DIR", "--dry-run", "fa3_C.so.xz", "xz -dc"):
+    for word in ("Usage: tools/build_fa3.sh", "--src DIR", "--out DIR", "--dry-run", "fa3.tar.xz", "tar xJf"):
         assert word in r.stdout
     assert r.stdout.count("\n") >= 10 and "set -e" not in r.stdout
 

@@ -123,17 +123,29 @@ def test_zero_init_outputs_and_lane_wiring():
     assert g["x0_lambdas"][cfg.mlp_only_layer] == 0 and g["bigram_lambdas"][cfg.mlp_only_layer] == 0
 
 
-def test_model_compiles_once_for_every_stage():
+def gpu_attention_kernels() -> list[str]:
+    """The attention kernels this machine can compile the model with: sdpa on a CPU; varlen, and fa3 when it loads,
+    on a GPU."""
+    if not torch.cuda.is_available():
+        return ["sdpa"]
+    try:
+        return ["varlen", tg.select_attention(tg.Hyperparameters(attention="fa3"), torch.device("cuda")).kernel]
+    except SystemExit:
+        return ["varlen"]
+
+
+@pytest.mark.parametrize("attention", sorted(set(gpu_attention_kernels())))
+def test_model_compiles_once_for_every_stage(attention):
     """fullgraph tracing of forward and backward (AOTAutograd) with the GPU configuration's custom ops,
     as the trainer compiles it: a Triton launch that the compiler would trace into, or a graph break,
     fails here, and so does a recompile when the token count, windows, MTP weights or YaRN scale change
     between stages (each costs about a minute of start-up on a GPU). On a CPU the Triton MLP runs through
-    the interpreter (values are not checked: it mishandles bf16)."""
+    the interpreter (values are not checked: it mishandles bf16); on a GPU with FA3, its kernels too."""
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
     cuda = torch.cuda.is_available()
     cfg = tg.GPTConfig(vocab_size=256, model_dim=64, num_heads=2, head_dim=32, max_seq_len=512, fused_mlp=True,
-                       fp8_head=cuda, attention="varlen" if cuda else "sdpa")
+                       fp8_head=cuda, attention=attention)
     torch.manual_seed(0)
     model = tg.GPT(cfg).to("cuda" if cuda else "cpu")
     graphs = []

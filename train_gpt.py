@@ -1175,7 +1175,9 @@ class NorMuonAdam:
                 head_gather = work
             elif work is not None:
                 gathers.append(work)
-        norms = torch._foreach_norm(shards) if grad_norms else []  # before the zeroing below
+        norms = []  # before the zeroing below; one fused norm per dtype (a mixed list falls back to a kernel each)
+        for dtype in {g.dtype for g in shards} if grad_norms else ():
+            norms += torch._foreach_norm([g for g in shards if g.dtype == dtype])
 
         if self.tied and do_adam:  # phase 3
             if head_gather is not None:
@@ -1230,8 +1232,9 @@ class NorMuonAdam:
         self.tied = False
 
     def state_dict(self) -> dict:
-        """The live state (copy it to keep it: copy_tree)."""
-        return dict(tied=self.tied, state=self.state, touched=self.touched)
+        """The live state (copy it to keep it: copy_tree). The touched rows are kept apart (Trainer.snapshot):
+        like Adam's carried gradients, they are empty after every Adam step."""
+        return dict(tied=self.tied, state=self.state)
 
     def load_state_dict(self, sd: dict):
         self.tied = sd["tied"]
@@ -1241,8 +1244,6 @@ class NorMuonAdam:
                     self.state[name][key].copy_(value)
                 else:
                     self.state[name][key] = value
-        for name, touched in sd["touched"].items():
-            self.touched[name][:] = touched
 
 # -----------------------------------------------------------------------------
 # Data: BOS-aligned training micro-batches, contiguous validation tokens
@@ -1846,17 +1847,21 @@ class Trainer:
         gradients that Adam carries over from an even step (none before an even step: the odd one zeroed them).
         `into`: an earlier snapshot whose buffers are reused."""
         into = into or {}
-        carried = step % 2 == 1
         return dict(step=step, loader=self.loader.position(),
                     model=copy_tree(self.model.state_dict(), into.get("model")),
                     optimizer=copy_tree(self.optimizer.state_dict(), into.get("optimizer")),
-                    grads=copy_tree(self.model.gradients(), into.get("grads")) if carried else None)
+                    carried=copy_tree(self.carried(), into.get("carried")) if step % 2 == 1 else None)
+
+    def carried(self) -> dict:
+        """What an even step leaves for the next (Adam) step: its gradients, and the bigram rows they touched."""
+        return dict(grads=self.model.gradients(), touched=self.optimizer.touched)
 
     def restore(self, snap: dict):
-        if snap["grads"] is not None:
-            self.model.load_gradients(snap["grads"])
+        carried = self.carried()
+        if snap["carried"] is not None:
+            copy_tree(snap["carried"], carried)
         else:
-            torch._foreach_zero_(list(self.model.gradients().values()))
+            torch._foreach_zero_([*carried["grads"].values(), *carried["touched"].values()])
         self.model.load_state_dict(snap["model"])
         self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])
@@ -1875,7 +1880,7 @@ class Trainer:
             step=bad_step, detected_at=detected_at, rank=self.rt.rank, world_size=self.rt.world_size,
             grad_accum_steps=self.rt.grad_accum_steps, config=dataclasses.asdict(self.hp),
             model=copy_tree(self.model.state_dict(), device="cpu"),  # copies: the step runs next
-            grads=copy_tree(self.model.gradients(), device="cpu"),
+            grads=copy_tree(self.model.gradients(), device="cpu"), touched=copy_tree(self.optimizer.touched),
             optimizer=copy_tree(self.optimizer.state_dict(), device="cpu"), optimizer_args=self.optimizer_args(bad_step),
             rotary_extensions=list(self.rotary_extensions),
             forward=dict(short_window=sched.short_window, long_window=sched.long_window,

@@ -268,22 +268,27 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     assert guard.published() == 2
 
 
-def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps(tmp_path, synthetic_data):
+@pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated, with the sparse exchange's touched rows
+def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps(tmp_path, synthetic_data, world_size):
     hp = tg.parse_args(["--device", "cpu", "--compile", "False", "--vocab_size", "256", "--bos_id", "255",
                         "--model_dim", "64", "--num_heads", "2", "--head_dim", "32", "--micro_batch_tokens",
                         "(64, 128, 192)", "--val_micro_batch_tokens", "256", "--stage_seq_lens", "(32, 64, 64)",
-                        "--window_block", "8", "--val_tokens", "1024", "--train_files", synthetic_data["train"],
+                        "--window_block", "8", "--val_tokens", "2048", "--train_files", synthetic_data["train"],
                         "--val_files", synthetic_data["val"], "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
-    trainer = tg.Trainer(hp, cpu_runtime(), tg.Logger(hp, is_master=False))
+    trainer = tg.Trainer(hp, cpu_runtime(world_size), tg.Logger(hp, is_master=False))
     for step in range(3):
         trainer.train_step(step, trainer.next_batches(step))
     odd = trainer.snapshot(3)  # after step 2 (NorMuon only): Adam's gradients are carried
-    assert odd["grads"] is not None and odd["grads"]["embed"].abs().sum() > 0
+    assert odd["carried"] is not None and odd["carried"]["grads"]["embed"].abs().sum() > 0
     trainer.train_step(3, trainer.next_batches(3))
     even = trainer.snapshot(4, into=odd)
-    assert even["grads"] is None
+    assert even["carried"] is None
     assert even["model"]["attn_bank"].data_ptr() == odd["model"]["attn_bank"].data_ptr()
     weights = trainer.model.attn_bank.detach().clone()
     trainer.train_step(4, trainer.next_batches(4))
+    assert any(t.any() for t in trainer.optimizer.touched.values()) == (world_size == 8)  # step 4: rows touched
     trainer.restore(even)
     assert torch.equal(trainer.model.attn_bank, weights) and not trainer.model.gradients()["embed"].any()
+    assert not any(t.any() for t in trainer.optimizer.touched.values())
+    trainer.restore(odd)
+    assert torch.equal(trainer.model.gradients()["embed"], odd["carried"]["grads"]["embed"])

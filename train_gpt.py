@@ -36,10 +36,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from kernels.embedding import embedding_grad_add
+from kernels.embedding import lookup_op
+from kernels.lm_head import head_loss_op
 from kernels.polar_express import polar_express
-from kernels.relu_square import matmul_relu_square_triton, relu_square_mlp_reference
-from kernels.softcapped_ce import softcapped_ce_backward, softcapped_ce_forward
+from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference
 from kernels.transpose import transpose_add, transpose_copy
 
 # -----------------------------------------------------------------------------
@@ -58,6 +58,7 @@ class Hyperparameters:
     num_extension_steps: int = 40  # extra steps at the final lr and longer windows
     cooldown_frac: float = 0.60  # lr decays linearly over this final fraction of scheduled steps...
     final_lr_frac: float = 0.15  # ...down to this fraction of the stage lr
+    untie_frac: float = 2 / 3  # the embedding unties from the LM head after this fraction of the scheduled steps
     # three equal stages, then the extension stage; tokens are per micro-batch (8 micro-batches a step)
     micro_batch_tokens: tuple = (8 * 2048, 16 * 2048, 24 * 2048)
     stage_seq_lens: tuple = (896, 2048, 2048)  # documents are cut at this length
@@ -199,13 +200,13 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
     return Runtime(rank, world_size, device, 8 // world_size, attention)
 
 # -----------------------------------------------------------------------------
-# Token shards: 256 int32 header [magic, version, num_tokens, 0...] then num_tokens uint16 tokens
+# Data: token shards (a 256 x int32 header [magic, version, num_tokens, 0...], then num_tokens uint16 tokens),
+# BOS-aligned training micro-batches, contiguous validation tokens
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
-BOS_ID = 50256  # GPT-2 <|endoftext|>, placed before every document
 
 
 class ShardError(ValueError):
@@ -262,8 +263,247 @@ def write_shard(path, tokens) -> None:
         f.write(tokens.astype("<u2").tobytes())
     os.replace(tmp, path)  # a crash never leaves a half-written shard under the real name
 
+
+class DataError(RuntimeError):
+    """The data cannot feed the configured run (missing, too short, or exhausted)."""
+
+
+def find_shards(pattern: str, what: str) -> list[Path]:
+    files = sorted(Path(f) for f in glob.glob(pattern))
+    if not files:
+        raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
+                        f"or point --{what}_files at your .bin shards")
+    return files
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def bigram_hash(tokens: np.ndarray, table_size: int) -> np.ndarray:
+    """Row of the bigram table for each (previous, current) token pair; position 0 gets the spare last row.
+    Multipliers spread pairs over the table; pairs across document boundaries are hashed too."""
+    t = tokens.astype(np.int64)
+    out = np.empty_like(t)
+    out[0] = table_size - 1
+    out[1:] = ((36313 * t[1:]) ^ (27191 * t[:-1])) % (table_size - 1)
+    return out.astype(np.int32)
+
+
+@dataclass
+class MicroBatch:
+    inputs: Tensor  # (T,) int32
+    targets: Tensor  # (T,) int64, inputs shifted by one
+    cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
+    bigram: Tensor  # (T,) int32 rows of the bigram table
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs, self.targets, self.cu_seqlens, self.bigram
+
+
+class IndexedShard:
+    """A shard's tokens with the position of every BOS, loaded (optionally in a thread) and validated."""
+
+    def __init__(self, path: Path, bos_id: int, vocab_size: int):
+        self.path = path
+        self.tokens = load_shard(path).numpy()
+        if self.tokens.size and int(self.tokens.max()) >= vocab_size:
+            raise ShardError(f"{path}: token id {int(self.tokens.max())} >= vocab_size {vocab_size}; "
+                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+        self.bos = np.flatnonzero(self.tokens == bos_id)
+
+    @staticmethod
+    def load_async(path: Path, bos_id: int, vocab_size: int):
+        """Start loading in a background thread; returns a function that waits for the shard."""
+        box = {}
+
+        def work():
+            try:
+                box["shard"] = IndexedShard(path, bos_id, vocab_size)
+            except Exception as e:  # re-raised in the caller's thread
+                box["error"] = e
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+
+        def get() -> IndexedShard:
+            thread.join()
+            if "error" in box:
+                raise box["error"]
+            return box["shard"]
+        return get
+
+
+class CuSeqlensCapacity:
+    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
+
+    Sized from the data (the most documents that start in any window of the micro-batch's length,
+    plus a margin), never from a guessed median document length; if a batch still needs more
+    entries, the buffer grows (one recompile, logged) instead of failing.
+    """
+
+    MARGIN = 1.25  # room for micro-batches denser in documents than any window of the first shard
+
+    def __init__(self, log=print):
+        self.capacity: dict[int, int] = {}
+        self.log = log
+
+    def fit(self, micro_tokens: int, bos: np.ndarray, needed: int) -> int:
+        if micro_tokens not in self.capacity:
+            ends = np.searchsorted(bos, bos + micro_tokens)
+            densest = int((ends - np.arange(len(bos))).max()) if len(bos) else 1
+            self.capacity[micro_tokens] = round_up(int(densest * self.MARGIN) + 2, 128)
+        if needed > self.capacity[micro_tokens]:
+            self.capacity[micro_tokens] = round_up(needed, 128)
+            self.log(f"cu_seqlens capacity for {micro_tokens}-token micro-batches grown to "
+                     f"{self.capacity[micro_tokens]} (documents are shorter than sampled; one recompile)")
+        return self.capacity[micro_tokens]
+
+
+def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
+                     device: torch.device) -> MicroBatch:
+    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
+    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
+    T = buf.size - 1
+    cu = np.full(capacity, T, dtype=np.int32)
+    cu[0] = 0
+    cu[1:seq_ends.size + 1] = seq_ends
+    pin = device.type == "cuda"
+
+    def to_device(a: np.ndarray) -> Tensor:
+        t = torch.from_numpy(a)
+        return t.pin_memory().to(device, non_blocking=True) if pin else t
+    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
+                      to_device(bigram))
+
+
+@dataclass
+class StepData:
+    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
+    bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
+
+
+class TrainLoader:
+    """Each step cuts 8 micro-batches from the token stream, each T+1 tokens of whole-document starts:
+    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
+    document is skipped). The 8 micro-batches of a step come from one shard: when it cannot supply all of
+    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
+    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
+
+    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
+                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
+                 track_bigram_rows: bool = False):
+        self.files = find_shards(pattern, "train")
+        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
+        self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
+        self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
+        self.next_file = self.shard_index
+        self.shard = self._open_next()()
+        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
+
+    def position(self) -> tuple[int, int]:
+        """Where the next batch starts: pass it back as `start` to resume here."""
+        return self.shard_index, self.doc
+
+    def _open_next(self):
+        if self.next_file >= len(self.files):
+            return None
+        get = IndexedShard.load_async(self.files[self.next_file], self.hp.bos_id, self.hp.vocab_size)
+        self.next_file += 1
+        return get
+
+    def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
+        """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
+        while (cuts := self._cut_step(micro_tokens + 1, max_seq_len)) is None:
+            self._advance_shard()
+        mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
+        for slot, (starts, lengths) in enumerate(cuts):
+            owner = slot % self.world_size
+            if owner != self.rank and rows is None:
+                continue
+            buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
+            bigram = bigram_hash(buf[:-1], self.bigram_rows)
+            if rows is not None:
+                rows[owner].append(bigram)
+            if owner == self.rank:
+                seq_ends = np.cumsum(lengths)
+                seq_ends[-1] -= 1  # the final token is only a target
+                cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
+                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
+        return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
+
+    def _cut_step(self, need: int, max_seq_len: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """(starts, lengths) of 8 micro-batches of `need` tokens from self.doc on, or None if this shard runs out."""
+        bos, size, doc, cuts = self.shard.bos, self.shard.tokens.size, self.doc, []
+        for _ in range(8):
+            starts = bos[doc:doc + need]  # each document gives >= 1 token, so `need` documents suffice
+            ends = np.append(bos[doc + 1:doc + need + 1], size)[:starts.size]
+            lengths = np.minimum(ends - starts, max_seq_len)
+            total = np.cumsum(lengths)
+            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
+            if k == total.size:
+                return None
+            lengths = lengths[:k + 1].copy()
+            lengths[k] -= total[k] - need
+            cuts.append((starts[:k + 1], lengths))
+            doc += k + 1
+        self.doc = doc
+        return cuts
+
+    def _advance_shard(self):
+        if self._prefetch is None:
+            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
+                            f"{self.hp.train_files!r}; add shards or shorten the schedule")
+        self.shard, self.doc = self._prefetch(), 0
+        self.shard_index += 1
+        self._prefetch = self._open_next()
+
+
+class ValData:
+    """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
+    Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
+
+    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
+                 bigram_rows: int):
+        files = find_shards(pattern, "val")
+        T, per_step = hp.val_micro_batch_tokens, hp.val_micro_batch_tokens * world_size
+        if hp.val_tokens <= 0 or hp.val_tokens % per_step:
+            raise DataError(f"--val_tokens {hp.val_tokens} must be a positive multiple of val_micro_batch_tokens "
+                            f"x world size = {T} x {world_size} = {per_step}")
+        chunks, have = [], 0
+        for f in files:
+            if have > hp.val_tokens:
+                break
+            chunks.append(load_shard(f).numpy())
+            have += chunks[-1].size
+        if have < hp.val_tokens + 1:
+            raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
+                            f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
+                            "or add validation data")
+        tokens = np.concatenate(chunks)[:hp.val_tokens + 1]
+        if int(tokens.max()) >= hp.vocab_size:
+            raise DataError(f"validation data has token id {int(tokens.max())} >= vocab_size {hp.vocab_size}")
+        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
+        self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
+        self.bos_id = hp.bos_id
+        self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
+
+    def _seq_ends(self, i: int) -> np.ndarray:
+        inputs = self.tokens[i * self.T:(i + 1) * self.T]
+        starts = np.flatnonzero(inputs == self.bos_id)
+        return np.append(starts[starts > 0], self.T).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.my_batches)
+
+    def batch(self, j: int) -> MicroBatch:
+        i = self.my_batches[j]
+        buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
+        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
+                                self.device)
+
 # -----------------------------------------------------------------------------
-# Model: GPT-2-small-sized, one flattened forward over 11 layers with named layer roles
+# Model configuration (GPT-2-small-sized, 11 layers with named roles) and rotary embeddings
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -271,7 +511,7 @@ class GPTConfig:
     model_dim: int
     num_heads: int
     head_dim: int
-    max_seq_len: int  # longest packed micro-batch; sizes the rotary tables
+    max_tokens: int  # longest packed micro-batch (positions are rows of it); sizes the rotary tables
     attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
@@ -292,6 +532,12 @@ class GPTConfig:
     head_grad_scale: float = 0.75 / 448  # times the loss scale 1/grad_accum_steps
     logit_cap: tuple = (23.0, 5.0, 7.5)  # logits -> A * sigmoid((z + B) / C)
     attn_scale: float = 0.1  # softmax scale before YaRN (learned-scale experiments by @leloykun and @brendanh0gan)
+    # YaRN, when a window grows from old to new tokens: rotary frequencies that turn at most yarn_alpha times within
+    # the old window slow down by old/new, those turning yarn_beta times or more keep their speed (linear between);
+    # the softmax scale grows by 1 + yarn_scale_gain * log(new/old)
+    yarn_alpha: float = 1.0
+    yarn_beta: float = 32.0
+    yarn_scale_gain: float = 0.2
     loss_scale: float = 1.0  # the training loss is multiplied by this (1 / grad_accum_steps) before backward
     eval_chunk: int = 32768  # rows of logits materialized at once during validation
 
@@ -329,12 +575,12 @@ class Rotary(nn.Module):
     attention, where a query vector of width 2*head_dim holds positions 2t and 2t+1.
     """
 
-    def __init__(self, head_dim: int, max_seq_len: int, paired: bool):
+    def __init__(self, cfg: "GPTConfig", paired: bool):
         super().__init__()
-        self.head_dim, self.max_seq_len, self.paired = head_dim, max_seq_len, paired
-        width = 2 * head_dim if paired else head_dim
-        self.register_buffer("cos", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
-        self.register_buffer("sin", torch.empty(max_seq_len, width, dtype=torch.bfloat16), persistent=False)
+        self.cfg, self.head_dim, self.max_tokens, self.paired = cfg, cfg.head_dim, cfg.max_tokens, paired
+        width = 2 * cfg.head_dim if paired else cfg.head_dim
+        self.register_buffer("cos", torch.empty(cfg.max_tokens, width, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("sin", torch.empty(cfg.max_tokens, width, dtype=torch.bfloat16), persistent=False)
         # YaRN's growth of the softmax scale, applied to queries: a tensor, so that a window change does
         # not recompile the model the way a new Python float would
         self.register_buffer("q_gain", torch.ones(()), persistent=False)
@@ -347,17 +593,18 @@ class Rotary(nn.Module):
         self.q_gain.fill_(1.0)
         self._fill_tables()
 
-    def extend(self, old_window: int, new_window: int, alpha: float = 1.0, beta: float = 32.0):
-        """YaRN: slow low frequencies by old/new, keep those that turn > beta times within the old window."""
+    def extend(self, old_window: int, new_window: int):
+        """YaRN (GPTConfig.yarn_*): slow the low frequencies by old/new, keep the fast ones, grow the softmax scale."""
+        alpha, beta = self.cfg.yarn_alpha, self.cfg.yarn_beta
         turns = old_window * self.freq / (2 * math.pi)
         keep = ((turns - alpha) / (beta - alpha)).clamp(0, 1)
         ratio = old_window / new_window
         self.freq = self.freq * (ratio + keep * (1 - ratio))
-        self.q_gain.mul_(0.2 * math.log(new_window / old_window) + 1)
+        self.q_gain.mul_(self.cfg.yarn_scale_gain * math.log(new_window / old_window) + 1)
         self._fill_tables()
 
     def _fill_tables(self):
-        t = torch.arange(self.max_seq_len, dtype=torch.float32, device=self.freq.device)
+        t = torch.arange(self.max_tokens, dtype=torch.float32, device=self.freq.device)
         if self.paired:
             theta = torch.cat([torch.outer(2 * t, self.freq), torch.outer(2 * t + 1, self.freq)], dim=-1)
         else:
@@ -383,7 +630,6 @@ class Rotary(nn.Module):
             cos, sin = cos[:, None], sin[:, None]
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)
         return x * cos + swapped * sin
-
 
 # -----------------------------------------------------------------------------
 # Attention backends. Record boxes run FlashAttention-3 (Hopper only), which users get by one of three routes:
@@ -528,6 +774,8 @@ def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, sc
                                        attn_mask=mask, scale=scale)
     return y.transpose(0, 1)
 
+# -----------------------------------------------------------------------------
+# GPT: one flattened forward over the layers (no Block classes), the weights in banks
 
 @dataclass(frozen=True)
 class ForwardSchedule:
@@ -537,162 +785,6 @@ class ForwardSchedule:
     max_seq_len: int
     mtp_weights: Tensor  # (K,) fp32 on device; loss weight of predicting token t+1+k
     fault_layer: int = -1  # fault injection for tests of the non-finite guard: NaN out of this layer's MLP
-
-
-# FP8 LM head fused with the soft-capped cross entropy (FP8 matmul by @YouJiacheng, transposed
-# head by @ChrisJMcCormick). Custom ops keep the Triton/cuBLASLt calls opaque to torch.compile.
-# FP8 matmuls need both operands with the reduced dimension contiguous, so some operands are
-# transposed, by the tiled Triton kernel: PyTorch's FP8 transpose-copy of the (49152, 50304) logit
-# gradient took 18 ms on an H100, ~9x the Triton kernel's time.
-def transposed(t: Tensor) -> Tensor:
-    return transpose_copy(t, t.new_empty(t.shape[::-1]))
-
-
-@torch.library.custom_op("nanogpt::head_loss", mutates_args=())
-def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, x_scale: float, w_scale: float,
-                 grad_scale: float, fp8: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """x: (T, D) bf16, w: (D, V) bf16 -> per-position losses (T,), lse (T,), logits (T, V) and the
-    FP8 operands kept for backward (empty when not fp8). grad_scale is used by the backward only."""
-    if fp8:
-        x8 = x.div(x_scale).to(torch.float8_e4m3fn)
-        w8 = w.div(w_scale).to(torch.float8_e4m3fn)
-        one = x.new_ones((), dtype=torch.float32)
-        logits = torch._scaled_mm(x8, transposed(w8).T, scale_a=one * x_scale, scale_b=one * w_scale,
-                                  out_dtype=torch.bfloat16, use_fast_accum=True)
-    else:
-        x8, w8 = x.new_empty(0), x.new_empty(0)
-        logits = x @ w
-    losses, lse = softcapped_ce_forward(logits, targets, mtp_weights)
-    return losses, lse, logits, x8, w8
-
-
-@head_loss_op.register_fake
-def _(x, w, targets, mtp_weights, x_scale, w_scale, grad_scale, fp8):
-    T, V = x.size(0), w.size(1)
-    f8 = (lambda t: t.new_empty(t.shape, dtype=torch.float8_e4m3fn)) if fp8 else (lambda t: t.new_empty(0))
-    return (x.new_empty(T, dtype=torch.float32), x.new_empty(T, dtype=torch.float32),
-            x.new_empty(T, V), f8(x), f8(w))
-
-
-@torch.library.custom_op("nanogpt::head_loss_backward", mutates_args=())
-def head_loss_backward_op(grad_losses: Tensor, logits: Tensor, lse: Tensor, targets: Tensor, mtp_weights: Tensor,
-                          x_saved: Tensor, w_saved: Tensor, x_scale: float, w_scale: float, grad_scale: float,
-                          fp8: bool) -> tuple[Tensor, Tensor]:
-    if fp8:
-        g8 = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights,
-                                    grad_scale=grad_scale, out_dtype=torch.float8_e5m2)  # (T, V) = dlogits / grad_scale
-        one = g8.new_ones((), dtype=torch.float32)
-        grad_x = torch._scaled_mm(g8, w_saved.T, scale_a=one * grad_scale, scale_b=one * w_scale,
-                                  out_dtype=torch.bfloat16, use_fast_accum=False)
-        grad_w = torch._scaled_mm(transposed(x_saved), transposed(g8).T, scale_a=one * x_scale,
-                                  scale_b=one * grad_scale, out_dtype=torch.float32, use_fast_accum=False)
-        return grad_x, grad_w.to(torch.bfloat16)
-    g = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, out_dtype=logits.dtype)
-    return g @ w_saved.T, x_saved.T @ g
-
-
-@head_loss_backward_op.register_fake
-def _(grad_losses, logits, lse, targets, mtp_weights, x_saved, w_saved, x_scale, w_scale, grad_scale, fp8):
-    T, V = logits.shape
-    D = x_saved.size(1)
-    return logits.new_empty(T, D), logits.new_empty(D, V)
-
-
-def _head_loss_setup(ctx, inputs, output):
-    x, w, targets, mtp_weights, x_scale, w_scale, grad_scale, fp8 = inputs
-    _, lse, logits, x8, w8 = output
-    ctx.save_for_backward(*((x8, w8) if fp8 else (x, w)), logits, lse, targets, mtp_weights)
-    ctx.scales = (x_scale, w_scale, grad_scale, fp8)
-
-
-def _head_loss_backward(ctx, grad_losses, *_):
-    x_saved, w_saved, logits, lse, targets, mtp_weights = ctx.saved_tensors
-    grad_x, grad_w = head_loss_backward_op(grad_losses.contiguous(), logits, lse, targets, mtp_weights,
-                                           x_saved, w_saved, *ctx.scales)
-    return grad_x, grad_w, None, None, None, None, None, None
-
-
-head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_setup)
-
-
-# Token-table lookups whose backward scatter-adds the looked-up rows' gradients into an fp32 accumulator
-# (GPT.gradients) instead of returning a dense table-sized gradient. Autograd's way costs ~3 ms per micro-batch
-# on an H100 for the 11 x 50304-row tables (zero-fill, scatter, round, add to .grad), at any batch size.
-# Several lookups in one table (the value-embedding tables are one parameter) are one op with separate
-# outputs: the buffer is mutated once per backward, and no kernel stacks the outputs' gradients.
-@torch.library.custom_op("nanogpt::lookup", mutates_args=())
-def lookup_op(table: Tensor, idx: Tensor, grad_acc: Tensor) -> list[Tensor]:
-    """idx: (n, T) rows -> n tensors table[idx[i]] (T, D). grad_acc: fp32, table-shaped; the backward adds into it."""
-    return [F.embedding(rows, table) for rows in idx]
-
-
-@lookup_op.register_fake
-def _(table, idx, grad_acc):
-    return [table.new_empty(idx.size(1), table.size(1)) for _ in range(idx.size(0))]
-
-
-@torch.library.custom_op("nanogpt::lookup_backward", mutates_args=("grad_acc",))
-def lookup_backward_op(grads: list[Tensor], idx: Tensor, grad_acc: Tensor) -> None:
-    for grad, rows in zip(grads, idx):
-        embedding_grad_add(grad, rows, grad_acc)
-
-
-@lookup_backward_op.register_fake
-def _(grads, idx, grad_acc):
-    return None
-
-
-def _lookup_setup(ctx, inputs, output):
-    _, idx, grad_acc = inputs
-    ctx.save_for_backward(idx, grad_acc)
-
-
-def _lookup_backward(ctx, grads):
-    idx, grad_acc = ctx.saved_tensors
-    lookup_backward_op(list(grads), idx, grad_acc)  # embedding_grad_add takes any row stride
-    return None, None, None  # the table's gradient is in grad_acc
-
-
-lookup_op.register_autograd(_lookup_backward, setup_context=_lookup_setup)
-
-
-# Fused MLP: relu(x W_inᵀ)² W_out with the ReLU² in the matmul's epilogue (kernel idea by @andrewbriand,
-# @jrauvola), as a custom op so torch.compile treats the Triton kernel as one opaque call.
-@torch.library.custom_op("nanogpt::relu_square_mlp", mutates_args=())
-def relu_square_mlp_op(x: Tensor, w_in: Tensor, w_out: Tensor) -> tuple[Tensor, Tensor]:
-    """x: (T, D), w_in/w_out: (4D, D) -> output (T, D) and post = relu(x W_inᵀ)² (T, 4D) for backward."""
-    post = matmul_relu_square_triton(x, w_in)
-    return post @ w_out, post
-
-
-@relu_square_mlp_op.register_fake
-def _(x, w_in, w_out):
-    return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
-
-
-@torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
-def relu_square_mlp_backward_op(grad: Tensor, x: Tensor, w_in: Tensor, w_out: Tensor,
-                                post: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    grad_w_out = post.T @ grad  # first: a cuBLAS call gives autograd's thread a CUDA context before TMA setup
-    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, 4D): (grad W_outᵀ) * 2 relu(pre)
-    return d_pre @ w_in, d_pre.T @ x, grad_w_out
-
-
-@relu_square_mlp_backward_op.register_fake
-def _(grad, x, w_in, w_out, post):
-    return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
-
-
-def _mlp_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs, output[1])
-
-
-def _mlp_backward(ctx, grad, _):
-    x, w_in, w_out, post = ctx.saved_tensors
-    return relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post)
-
-
-relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
 
 class GPT(nn.Module):
@@ -736,8 +828,8 @@ class GPT(nn.Module):
         self.x0_lambdas = nn.Parameter(torch.zeros(L))  # normed embedding re-injected after attention
         self.bigram_lambdas = nn.Parameter(torch.full((L,), 0.05))
         self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
-        self.rotary = Rotary(cfg.head_dim, cfg.max_seq_len, paired=False)
-        self.rotary_paired = Rotary(cfg.head_dim, cfg.max_seq_len, paired=True)
+        self.rotary = Rotary(cfg, paired=False)
+        self.rotary_paired = Rotary(cfg, paired=True)
         # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The
         # token tables sum theirs in fp32 buffers, written by lookup_op's backward; autograd fills the rest.
         for name, p in self.named_parameters():
@@ -788,8 +880,8 @@ class GPT(nn.Module):
         attn_w = dict(zip(cfg.attn_layers, self.attn_bank.unbind(0)))  # layer -> (4D, D)
         attn_gate = dict(zip(cfg.attn_layers, self.attn_gate_bank.unbind(0)))  # layer -> (H, G)
         attn_lam = dict(zip(cfg.attn_layers, self.attn_lambdas.bfloat16().unbind(0)))  # layer -> (2,)
-        mlp_in, mlp_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
-        mlp_in, mlp_out = mlp_in.unbind(0), mlp_out.unbind(0)
+        w_in, w_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
+        w_in, w_out = w_in.unbind(0), w_out.unbind(0)
         resid_attn, resid_mlp = self.resid_lambdas.bfloat16().unbind(1)
         resid_attn, resid_mlp = resid_attn.unbind(0), resid_mlp.unbind(0)
         post = self.post_lambdas.bfloat16().flatten(1).unbind(1)  # (attn->0, attn->1, mlp->0, mlp->1)
@@ -838,7 +930,7 @@ class GPT(nn.Module):
                     lane1 = resid_attn[layer] * lane1 + post_attn1[layer] * y
             if layer == cfg.skip_from:
                 skip = lane0
-            y = mlp(norm(lane0 if lane1 is None else lane1), mlp_in[layer], mlp_out[layer])
+            y = mlp(norm(lane0 if lane1 is None else lane1), w_in[layer], w_out[layer])
             if layer == sched.fault_layer:
                 y = y * float("nan")
             probe(f"layer{layer}.mlp", y)
@@ -852,8 +944,8 @@ class GPT(nn.Module):
         x = norm(x - backout_lam * backout)  # drop what early layers kept only for context
         A, B, C = cfg.logit_cap  # soft cap (Gemma 2; shifted sigmoid form by @YouJiacheng, @classiclarryd)
         if self.training:
-            losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.head_x_scale, cfg.head_w_scale,
-                                  cfg.head_grad_scale * cfg.loss_scale, cfg.fp8_head)[0]
+            losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
+                                  cfg.head_w_scale, cfg.head_grad_scale * cfg.loss_scale, cfg.fp8_head)[0]
             probe("head.losses", losses)
             return losses.sum()
         loss = x.new_zeros((), dtype=torch.float32)
@@ -890,6 +982,19 @@ class GPT(nn.Module):
         y = y * torch.sigmoid(F.linear(x[:, :G], out_gate_w)).view(T, *heads, 1)  # sparse per-head gate (@classiclarryd)
         return F.linear(y.reshape(T, D), lam[1] * w[3 * D:])
 
+
+def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
+    cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
+                    head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
+                    attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
+                    fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
+    torch.manual_seed(hp.seed)
+    model = GPT(cfg).to(rt.device)
+    model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
+    if rt.distributed:
+        for p in model.parameters():
+            dist.broadcast(p.detach(), 0)
+    return model
 
 # -----------------------------------------------------------------------------
 # Optimizer: NorMuon for the weight banks, Adam for everything else, with explicit sharded comms
@@ -1246,306 +1351,73 @@ class NorMuonAdam:
                     self.state[name][key] = value
 
 # -----------------------------------------------------------------------------
-# Data: BOS-aligned training micro-batches, contiguous validation tokens
-
-class DataError(RuntimeError):
-    """The data cannot feed the configured run (missing, too short, or exhausted)."""
-
-
-def find_shards(pattern: str, what: str) -> list[Path]:
-    files = sorted(Path(f) for f in glob.glob(pattern))
-    if not files:
-        raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
-                        f"or point --{what}_files at your .bin shards")
-    return files
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def bigram_hash(tokens: np.ndarray, table_size: int) -> np.ndarray:
-    """Row of the bigram table for each (previous, current) token pair; position 0 gets the spare last row.
-    Multipliers spread pairs over the table; pairs across document boundaries are hashed too."""
-    t = tokens.astype(np.int64)
-    out = np.empty_like(t)
-    out[0] = table_size - 1
-    out[1:] = ((36313 * t[1:]) ^ (27191 * t[:-1])) % (table_size - 1)
-    return out.astype(np.int32)
-
-
-@dataclass
-class MicroBatch:
-    inputs: Tensor  # (T,) int32
-    targets: Tensor  # (T,) int64, inputs shifted by one
-    cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
-    bigram: Tensor  # (T,) int32 rows of the bigram table
-
-    def tensors(self) -> tuple[Tensor, ...]:
-        return self.inputs, self.targets, self.cu_seqlens, self.bigram
-
-
-class IndexedShard:
-    """A shard's tokens with the position of every BOS, loaded (optionally in a thread) and validated."""
-
-    def __init__(self, path: Path, bos_id: int, vocab_size: int):
-        self.path = path
-        self.tokens = load_shard(path).numpy()
-        if self.tokens.size and int(self.tokens.max()) >= vocab_size:
-            raise ShardError(f"{path}: token id {int(self.tokens.max())} >= vocab_size {vocab_size}; "
-                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
-        self.bos = np.flatnonzero(self.tokens == bos_id)
-
-    @staticmethod
-    def load_async(path: Path, bos_id: int, vocab_size: int):
-        """Start loading in a background thread; returns a function that waits for the shard."""
-        box = {}
-
-        def work():
-            try:
-                box["shard"] = IndexedShard(path, bos_id, vocab_size)
-            except Exception as e:  # re-raised in the caller's thread
-                box["error"] = e
-        thread = threading.Thread(target=work, daemon=True)
-        thread.start()
-
-        def get() -> IndexedShard:
-            thread.join()
-            if "error" in box:
-                raise box["error"]
-            return box["shard"]
-        return get
-
-
-class CuSeqlensCapacity:
-    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
-
-    Sized from the data (the most documents that start in any window of the micro-batch's length,
-    plus a margin), never from a guessed median document length; if a batch still needs more
-    entries, the buffer grows (one recompile, logged) instead of failing.
-    """
-
-    def __init__(self, log=print):
-        self.capacity: dict[int, int] = {}
-        self.log = log
-
-    def fit(self, micro_tokens: int, bos: np.ndarray, needed: int) -> int:
-        if micro_tokens not in self.capacity:
-            ends = np.searchsorted(bos, bos + micro_tokens)
-            densest = int((ends - np.arange(len(bos))).max()) if len(bos) else 1
-            self.capacity[micro_tokens] = round_up(int(densest * 1.25) + 2, 128)
-        if needed > self.capacity[micro_tokens]:
-            self.capacity[micro_tokens] = round_up(needed, 128)
-            self.log(f"cu_seqlens capacity for {micro_tokens}-token micro-batches grown to "
-                     f"{self.capacity[micro_tokens]} (documents are shorter than sampled; one recompile)")
-        return self.capacity[micro_tokens]
-
-
-def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
-                     device: torch.device) -> MicroBatch:
-    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
-    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
-    T = buf.size - 1
-    cu = np.full(capacity, T, dtype=np.int32)
-    cu[0] = 0
-    cu[1:seq_ends.size + 1] = seq_ends
-    pin = device.type == "cuda"
-
-    def to_device(a: np.ndarray) -> Tensor:
-        t = torch.from_numpy(a)
-        return t.pin_memory().to(device, non_blocking=True) if pin else t
-    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
-                      to_device(bigram))
-
-
-@dataclass
-class StepData:
-    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
-    bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
-
-
-class TrainLoader:
-    """Each step cuts 8 micro-batches from the token stream, each T+1 tokens of whole-document starts:
-    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
-    document is skipped). The 8 micro-batches of a step come from one shard: when it cannot supply all of
-    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
-    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
-    every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
-
-    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
-                 track_bigram_rows: bool = False):
-        self.files = find_shards(pattern, "train")
-        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
-        self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
-        self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
-        self.next_file = self.shard_index
-        self.shard = self._open_next()()
-        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
-
-    def position(self) -> tuple[int, int]:
-        """Where the next batch starts: pass it back as `start` to resume here."""
-        return self.shard_index, self.doc
-
-    def _open_next(self):
-        if self.next_file >= len(self.files):
-            return None
-        get = IndexedShard.load_async(self.files[self.next_file], self.hp.bos_id, self.hp.vocab_size)
-        self.next_file += 1
-        return get
-
-    def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
-        """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
-        while (cuts := self._cut_step(micro_tokens + 1, max_seq_len)) is None:
-            self._advance_shard()
-        mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
-        for slot, (starts, lengths) in enumerate(cuts):
-            owner = slot % self.world_size
-            if owner != self.rank and rows is None:
-                continue
-            buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
-            bigram = bigram_hash(buf[:-1], self.bigram_rows)
-            if rows is not None:
-                rows[owner].append(bigram)
-            if owner == self.rank:
-                seq_ends = np.cumsum(lengths)
-                seq_ends[-1] -= 1  # the final token is only a target
-                cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
-                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
-        return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
-
-    def _cut_step(self, need: int, max_seq_len: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """(starts, lengths) of 8 micro-batches of `need` tokens from self.doc on, or None if this shard runs out."""
-        bos, size, doc, cuts = self.shard.bos, self.shard.tokens.size, self.doc, []
-        for _ in range(8):
-            starts = bos[doc:doc + need]  # each document gives >= 1 token, so `need` documents suffice
-            ends = np.append(bos[doc + 1:doc + need + 1], size)[:starts.size]
-            lengths = np.minimum(ends - starts, max_seq_len)
-            total = np.cumsum(lengths)
-            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
-            if k == total.size:
-                return None
-            lengths = lengths[:k + 1].copy()
-            lengths[k] -= total[k] - need
-            cuts.append((starts[:k + 1], lengths))
-            doc += k + 1
-        self.doc = doc
-        return cuts
-
-    def _advance_shard(self):
-        if self._prefetch is None:
-            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
-                            f"{self.hp.train_files!r}; add shards or shorten the schedule")
-        self.shard, self.doc = self._prefetch(), 0
-        self.shard_index += 1
-        self._prefetch = self._open_next()
-
-
-class ValData:
-    """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
-    Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
-
-    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int):
-        files = find_shards(pattern, "val")
-        T, per_step = hp.val_micro_batch_tokens, hp.val_micro_batch_tokens * world_size
-        if hp.val_tokens <= 0 or hp.val_tokens % per_step:
-            raise DataError(f"--val_tokens {hp.val_tokens} must be a positive multiple of val_micro_batch_tokens "
-                            f"x world size = {T} x {world_size} = {per_step}")
-        chunks, have = [], 0
-        for f in files:
-            if have > hp.val_tokens:
-                break
-            chunks.append(load_shard(f).numpy())
-            have += chunks[-1].size
-        if have < hp.val_tokens + 1:
-            raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
-                            f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
-                            "or add validation data")
-        tokens = np.concatenate(chunks)[:hp.val_tokens + 1]
-        if int(tokens.max()) >= hp.vocab_size:
-            raise DataError(f"validation data has token id {int(tokens.max())} >= vocab_size {hp.vocab_size}")
-        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
-        self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
-        self.bos_id = hp.bos_id
-        self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
-
-    def _seq_ends(self, i: int) -> np.ndarray:
-        inputs = self.tokens[i * self.T:(i + 1) * self.T]
-        starts = np.flatnonzero(inputs == self.bos_id)
-        return np.append(starts[starts > 0], self.T).astype(np.int32)
-
-    def __len__(self) -> int:
-        return len(self.my_batches)
-
-    def batch(self, j: int) -> MicroBatch:
-        i = self.my_batches[j]
-        buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
-        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
-                                self.device)
-
-# -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
 # extension stage (@varunneal MTP schedule, @classiclarryd window/YaRN schedules)
 
+@dataclass(frozen=True)
+class StepSettings:
+    """Everything the schedule sets for one step."""
+    stage: int  # 0, 1, 2: the training stages; 3: the extension
+    micro_batch_tokens: int
+    seq_len: int  # documents are cut at this length
+    windows: tuple  # (short, long) attention windows in blocks
+    mtp_weights: tuple  # loss weights of predicting tokens t+1, t+2, ..., padded to the longest stage's count
+    lr_scale: float  # multiplier on every base lr
+    muon_momentum: float
+    adam: bool  # Adam parameters update on odd steps only, with two steps of gradients (@classiclarryd)
+
+
 class Schedule:
+    """Three equal stages over the scheduled steps, then the extension: it keeps the last stage's batch,
+    sequence length, lr multiplier and final MTP weights, and takes its own (longer) windows."""
+    NUM_STAGES = 3  # training stages; the extension follows them
+
     def __init__(self, hp: Hyperparameters):
         self.hp = hp
         S = hp.num_scheduled_steps
         self.total_steps = S + hp.num_extension_steps
-        # stage i covers steps [bounds[i], bounds[i + 1]); stage 3 is the extension
-        self.bounds = [0, round(S / 3), round(2 * S / 3), S, self.total_steps]
-        self.transition_steps = self.bounds[1:4]
-        self.split_step = self.bounds[2] | 1  # untie embedding and head at 2/3, on an odd (Adam) step
         for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights"):
-            if len(getattr(hp, name)) != 3:
+            if len(getattr(hp, name)) != self.NUM_STAGES:
                 raise SystemExit(f"error: --{name} needs one entry per stage (3), got {getattr(hp, name)!r}")
-        if len(hp.stage_windows) != 4:
+        if len(hp.stage_windows) != self.NUM_STAGES + 1:
             raise SystemExit("error: --stage_windows needs (short, long) for the 3 stages and the extension")
-        if S < 3:
+        if S < self.NUM_STAGES:
             raise SystemExit("error: --num_scheduled_steps must be at least 3 (one per stage)")
+        # stage i covers steps [bounds[i], bounds[i + 1]); the last one is the extension
+        self.bounds = [round(i * S / self.NUM_STAGES) for i in range(self.NUM_STAGES + 1)] + [self.total_steps]
+        self.transition_steps = self.bounds[1:-1]
+        self.split_step = round(S * hp.untie_frac) | 1  # untie on an odd step, where Adam updates both
+        extension = (hp.micro_batch_tokens[-1], hp.stage_seq_lens[-1], hp.stage_lr_muls[-1],
+                     (hp.stage_mtp_weights[-1][1],) * 2)
+        self.stages = [*zip(hp.micro_batch_tokens, hp.stage_seq_lens, hp.stage_lr_muls, hp.stage_mtp_weights),
+                       extension]  # (micro-batch tokens, seq len, lr multiplier, (start, end) MTP weights) by stage
+        self.mtp_width = max(len(w) for start_end in hp.stage_mtp_weights for w in start_end)
 
     def stage(self, step: int) -> tuple[int, float]:
-        """(stage index, fraction of the way through it)."""
-        for i in range(4):
-            lo, hi = self.bounds[i], self.bounds[i + 1]
+        """(stage, fraction of the way through it); steps past the end (the final validation) are the extension's."""
+        for i, (lo, hi) in enumerate(zip(self.bounds, self.bounds[1:])):
             if step < hi:
                 return i, (step - lo) / (hi - lo)
-        return 3, 1.0
+        return len(self.stages) - 1, 1.0
 
-    def micro_batch_tokens(self, step: int) -> int:
-        return self.hp.micro_batch_tokens[min(self.stage(step)[0], 2)]
-
-    def seq_len(self, step: int) -> int:
-        return self.hp.stage_seq_lens[min(self.stage(step)[0], 2)]
-
-    def windows(self, step: int) -> tuple[int, int]:
-        """(short, long) attention windows in blocks."""
-        return self.hp.stage_windows[self.stage(step)[0]]
-
-    def mtp_weights(self, step: int) -> list[float]:
-        """Loss weights of predicting tokens t+1, t+2, ...; padded with zeros to the longest stage's count
-        so that the weights tensor keeps one shape (and the compiled model one graph) over the run."""
+    def at(self, step: int) -> StepSettings:
         i, frac = self.stage(step)
-        if i == 3:
-            weights = list(self.hp.stage_mtp_weights[2][1])
-        else:
-            start, end = self.hp.stage_mtp_weights[i]
-            weights = [a + (b - a) * frac for a, b in zip(start, end)]
-        width = max(len(w) for stage in self.hp.stage_mtp_weights for w in stage)
-        return weights + [0.0] * (width - len(weights))
+        tokens, seq_len, lr_mul, (start, end) = self.stages[i]
+        weights = [a + (b - a) * frac for a, b in zip(start, end)]  # MTP weights move linearly over a stage
+        return StepSettings(i, tokens, seq_len, self.hp.stage_windows[i],
+                            tuple(weights + [0.0] * (self.mtp_width - len(weights))),  # one shape: one graph
+                            self._lr_scale(step, lr_mul), self._muon_momentum(step), step % 2 == 1)
 
-    def lr_scale(self, step: int) -> float:
-        """Stage multiplier, then a linear cooldown to final_lr_frac over the last cooldown_frac."""
+    def _lr_scale(self, step: int, lr_mul: float) -> float:
+        """The stage's multiplier, then a linear cooldown to final_lr_frac over the last cooldown_frac."""
         S, hp = self.hp.num_scheduled_steps, self.hp
-        lr = hp.stage_lr_muls[min(self.stage(step)[0], 2)]
         cooldown_start = int(S * (1 - hp.cooldown_frac))
         if step >= cooldown_start:
             t = min(1.0, (step - cooldown_start) / max(1, S - cooldown_start))
-            lr = lr * (1 - t) + hp.final_lr_frac * t
-        return lr
+            return lr_mul * (1 - t) + hp.final_lr_frac * t
+        return lr_mul
 
-    def muon_momentum(self, step: int) -> float:
+    def _muon_momentum(self, step: int) -> float:
         hp = self.hp
         lo, hi = hp.muon_momentum_min, hp.muon_momentum_max
         if step < hp.muon_momentum_warmup_steps:
@@ -1589,10 +1461,12 @@ class Logger:
             self(smi.stdout or smi.stderr, console=False)
         self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(hp).items()))
 
-
 # -----------------------------------------------------------------------------
 # Reliability: catch a non-finite loss or gradient without per-step syncs, capture the failing
 # step (state before it + its batch), and replay it eagerly, naming the first non-finite tensor
+
+FAULT_LAYER = 5  # --inject_fault_step poisons this layer's MLP output
+
 
 class NonFiniteError(RuntimeError):
     """Training produced a non-finite loss or gradient; the message says where the capture is."""
@@ -1711,6 +1585,8 @@ def replay(hp: Hyperparameters) -> int:
               "(nondeterministic kernels, a hardware fault, or a different device)")
     return 1 if found else 0
 
+# -----------------------------------------------------------------------------
+# Training: micro-steps as CUDA graphs, then the Trainer (steps, validation, warm-up, rewinds, the loop)
 
 class MicroStepGraphs:
     """Runs forward_backward as CUDA graphs, one per micro-batch shape (one per stage).
@@ -1764,7 +1640,7 @@ class Trainer:
         self.capacity = CuSeqlensCapacity(log)
         self.val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
         self.loader = self.new_loader()
-        self.mtp_table = torch.tensor([self.schedule.mtp_weights(s) for s in range(self.schedule.total_steps + 1)],
+        self.mtp_table = torch.tensor([self.schedule.at(s).mtp_weights for s in range(self.schedule.total_steps + 1)],
                                       device=rt.device)  # (steps + 1, K)
         self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
         graphs = hp.cuda_graphs and rt.device.type == "cuda"
@@ -1783,21 +1659,21 @@ class Trainer:
     def forward_schedule(self, step: int, final: bool = False) -> ForwardSchedule:
         """The forward's settings at `step`. The MTP weights tensor is one tensor updated in place (a CUDA
         graph reads it at its captured address)."""
-        short, long = self.schedule.windows(step)
-        block = self.hp.window_block
+        settings, block = self.schedule.at(step), self.hp.window_block
+        short, long = settings.windows
         self.mtp_weights.copy_(self.mtp_table[step])
         return ForwardSchedule(short * block, (self.hp.final_long_window if final else long) * block,
-                               self.schedule.seq_len(step), self.mtp_weights,
-                               self.model.cfg.num_layers // 2 if step == self.hp.inject_fault_step else -1)
+                               settings.seq_len, self.mtp_weights,
+                               FAULT_LAYER if step == self.hp.inject_fault_step else -1)
 
     def set_rotary(self, step: int):
         """YaRN-extend the rotary tables whenever the long window grows (reset first when rewinding)."""
-        block, windows = self.hp.window_block, self.schedule.windows
-        wanted, long = [], windows(0)[1]
+        block, at = self.hp.window_block, self.schedule.at
+        wanted, long = [], at(0).windows[1]
         for s in self.schedule.transition_steps:
-            if s <= step and windows(s)[1] != long:
-                wanted.append((long * block, windows(s)[1] * block))
-                long = windows(s)[1]
+            if s <= step and at(s).windows[1] != long:
+                wanted.append((long * block, at(s).windows[1] * block))
+                long = at(s).windows[1]
         if wanted[:len(self.rotary_extensions)] != self.rotary_extensions:
             self.model.reset_rotary()
             self.rotary_extensions = []
@@ -1817,10 +1693,12 @@ class Trainer:
         return loss
 
     def next_batches(self, step: int) -> StepData:
-        return self.loader.next_step(self.schedule.micro_batch_tokens(step), self.schedule.seq_len(step))
+        settings = self.schedule.at(step)
+        return self.loader.next_step(settings.micro_batch_tokens, settings.seq_len)
 
     def optimizer_args(self, step: int) -> tuple[float, float, bool]:
-        return self.schedule.lr_scale(step), self.schedule.muon_momentum(step), step % 2 == 1
+        settings = self.schedule.at(step)
+        return settings.lr_scale, settings.muon_momentum, settings.adam
 
     def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
         """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
@@ -1923,15 +1801,15 @@ class Trainer:
         total = schedule.total_steps
         good, pending = self.snapshot(0), None  # see guard_check
         train_ms, t0 = 0.0, time.perf_counter()
-        stage_ms, stage_start_ms, stage_now = {}, 0.0, 0
+        stage_ms, stage_start_ms = {}, 0.0
         for step in range(total + 1):
             last = step == total
-            stage = schedule.stage(step)[0] if not last else 4
-            if stage != stage_now:  # sync at stage boundaries only, to report ms/step per stage
+            if step > 0 and step in schedule.bounds:  # a stage ends: sync only here, to report ms/step per stage
                 self.sync()
                 now_ms = train_ms + 1000 * (time.perf_counter() - t0)
-                stage_ms[stage_now] = (now_ms - stage_start_ms) / (schedule.bounds[stage_now + 1] - schedule.bounds[stage_now])
-                stage_start_ms, stage_now = now_ms, stage
+                ended = schedule.stage(step - 1)[0]
+                stage_ms[ended] = (now_ms - stage_start_ms) / (step - schedule.bounds[ended])
+                stage_start_ms = now_ms
             if last:  # before the final validation, so that its line ends the log
                 log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
@@ -2009,20 +1887,6 @@ class Trainer:
 
 # -----------------------------------------------------------------------------
 # main
-
-def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
-    cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
-                    head_dim=hp.head_dim, max_seq_len=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
-                    attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                    fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
-    torch.manual_seed(hp.seed)
-    model = GPT(cfg).to(rt.device)
-    model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
-    if rt.distributed:
-        for p in model.parameters():
-            dist.broadcast(p.detach(), 0)
-    return model
-
 
 def main(argv: list[str] | None = None) -> int:
     hp = parse_args(sys.argv[1:] if argv is None else argv)

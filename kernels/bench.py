@@ -228,6 +228,7 @@ def bench_polar_express(peaks: Peaks):
 # (rows, MTP predictions) of one micro-batch in each training stage; V = 50304, bf16 logits, fp8 grads.
 CE_CASES = [(16384, 3), (32768, 2), (49152, 1)]
 CE_VOCAB = 50304
+CE_SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 CE_CANDIDATES = [CEConfig(1, 1024, 4), CEConfig(1, 2048, 4), CEConfig(1, 2048, 8), CEConfig(1, 4096, 8),
                  CEConfig(2, 1024, 4), CEConfig(4, 1024, 8)]
 
@@ -238,13 +239,14 @@ def _ce_case(n_rows, num_predict):
     targets = torch.randint(0, CE_VOCAB, (n_rows,), device=DEVICE)
     weights = torch.tensor([1.0, 0.5, 0.25][:num_predict], device=DEVICE)
     grad_losses = torch.randn(n_rows, device=DEVICE)
-    _, lse = softcapped_ce_forward_triton(logits, targets, weights)
+    _, lse = softcapped_ce_forward_triton(logits, targets, weights, *CE_SOFTCAP)
     fp8 = torch.float8_e5m2
-    return (lambda config=None: softcapped_ce_forward_triton(logits, targets, weights, config=config),
-            lambda config=None: softcapped_ce_backward_triton(grad_losses, logits, lse, targets, weights,
+    return (lambda config=None: softcapped_ce_forward_triton(logits, targets, weights, *CE_SOFTCAP, config=config),
+            lambda config=None: softcapped_ce_backward_triton(grad_losses, logits, lse, targets, weights, *CE_SOFTCAP,
                                                               out_dtype=fp8, config=config),
-            lambda: softcapped_ce_forward_reference(logits, targets, weights),
-            lambda: softcapped_ce_backward_reference(grad_losses, logits, lse, targets, weights, out_dtype=fp8),
+            lambda: softcapped_ce_forward_reference(logits, targets, weights, *CE_SOFTCAP),
+            lambda: softcapped_ce_backward_reference(grad_losses, logits, lse, targets, weights, *CE_SOFTCAP,
+                                                    out_dtype=fp8),
             logits.nbytes)
 
 
@@ -289,7 +291,7 @@ def sweep_softcapped_ce(peaks: Peaks):
 
 
 # --- relu_square -------------------------------------------------------------------------------
-# tokens of one micro-batch in each training stage; x (T, 768), w_fc and w_proj (3072, 768) in bf16
+# tokens of one micro-batch in each training stage; x (T, 768), w_in and w_out (3072, 768) in bf16
 MLP_TOKENS = [16384, 32768, 49152]
 MLP_DIM, MLP_HIDDEN = 768, 3072
 MLP_CANDIDATES = [MLPConfig(128, 256, 64, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 64, 4, 4),
@@ -308,14 +310,14 @@ def bench_relu_square(peaks: Peaks):
     rows = []
     for tokens in MLP_TOKENS:
         x, grad_out, bank, pre, post = _mlp_inputs(tokens)
-        w_fc, w_proj = bank.unbind(0)
+        w_in, w_out = bank.unbind(0)
         shape, flops = (tokens, MLP_DIM, MLP_HIDDEN), 2 * tokens * MLP_DIM * MLP_HIDDEN
-        rows.append(compare_row("relu(x w_fcᵀ)²", shape, time_ms(lambda: matmul_relu_square_triton(x, w_fc)),
-                                time_ms(lambda: torch.relu(x @ w_fc.T).square()), flops, "TFLOP/s",
+        rows.append(compare_row("relu(x w_inᵀ)²", shape, time_ms(lambda: matmul_relu_square_triton(x, w_in)),
+                                time_ms(lambda: torch.relu(x @ w_in.T).square()), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
-        rows.append(compare_row("(g w_projᵀ)·2relu(pre)", shape,
-                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_proj, post=post)),
-                                time_ms(lambda: (grad_out @ w_proj.T) * (2 * torch.relu(pre))), flops, "TFLOP/s",
+        rows.append(compare_row("(g w_outᵀ)·2relu(pre)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)),
+                                time_ms(lambda: (grad_out @ w_out.T) * (2 * torch.relu(pre))), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
         x.requires_grad_()
         bank.requires_grad_()

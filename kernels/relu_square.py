@@ -1,12 +1,12 @@
-"""The MLP, relu(x @ w_fcᵀ)² @ w_proj, with ReLU² fused into the first matmul's epilogue.
+"""The MLP, relu(x @ w_inᵀ)² @ w_out, with ReLU² fused into the first matmul's epilogue.
 
 Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanogpt
 (https://github.com/KellerJordan/modded-nanogpt); this is an independent implementation.
 
-    forward   post  = relu(x @ w_fcᵀ)²                 (T, H)  Triton, one pass, writes only post
-              out   = post @ w_proj                     (T, D)  cuBLAS
-    backward  d_pre = (g @ w_projᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
-              dW_proj = postᵀ g,  dW_fc = d_preᵀ x,  dx = d_pre w_fc      cuBLAS
+    forward   post  = relu(x @ w_inᵀ)²                 (T, H)  Triton, one pass, writes only post
+              out   = post @ w_out                     (T, D)  cuBLAS
+    backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
+              dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
@@ -129,36 +129,54 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
     return out
 
 
-class _ReluSquareMLP(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w_fc, w_proj):
-        x2d = x.reshape(-1, x.shape[-1]).contiguous()  # (T, D)
-        post = matmul_relu_square_triton(x2d, w_fc)    # (T, H)
-        ctx.save_for_backward(x2d, w_fc, w_proj, post)
-        return (post @ w_proj).view(x.shape)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x2d, w_fc, w_proj, post = ctx.saved_tensors
-        g = grad_out.reshape(-1, grad_out.shape[-1]).contiguous()  # (T, D)
-        # A cuBLAS call first: it binds this autograd thread to the CUDA context. Triton 3.6 encodes
-        # TMA descriptors before it does that itself, and fails ("invalid device context") when its
-        # launch is the thread's first CUDA call (pytorch/pytorch#124565).
-        grad_w_proj = post.T @ g
-        d_pre = matmul_relu_square_triton(g, w_proj, post=post)  # (T, H)
-        return (d_pre @ w_fc).view(grad_out.shape), d_pre.T @ x2d, grad_w_proj
+# Custom ops: torch.compile treats each as one opaque call (it would otherwise trace into the Triton launcher
+# and its TMA descriptors), and CUDA graphs capture them like any kernel.
+@torch.library.custom_op("nanogpt::relu_square_mlp", mutates_args=())
+def relu_square_mlp_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x: (T, D), w_in/w_out: (H, D) -> output (T, D) and post = relu(x w_inᵀ)² (T, H), kept for the backward."""
+    post = matmul_relu_square_triton(x, w_in)
+    return post @ w_out, post
 
 
-def relu_square_mlp_triton(x, w_fc, w_proj):
-    """relu(x @ w_fcᵀ)² @ w_proj through the fused kernel; x (..., D), w_fc and w_proj (H, D)."""
-    return _ReluSquareMLP.apply(x, w_fc, w_proj)
+@relu_square_mlp_op.register_fake
+def _(x, w_in, w_out):
+    return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
-def relu_square_mlp_reference(x, w_fc, w_proj):
-    return torch.relu(x @ w_fc.T).square() @ w_proj
+@torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
+def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,
+                                post: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
+    # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
+    # CUDA call (pytorch/pytorch#124565).
+    grad_w_out = post.T @ grad
+    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, H): (grad w_outᵀ) · 2 relu(pre)
+    return d_pre @ w_in, d_pre.T @ x, grad_w_out
 
 
-def relu_square_mlp(x, w_fc, w_proj):
-    """The MLP: x (..., D) -> (..., D); CUDA runs the fused kernel, CPU the reference."""
-    fn = relu_square_mlp_triton if x.is_cuda else relu_square_mlp_reference
-    return fn(x, w_fc, w_proj)
+@relu_square_mlp_backward_op.register_fake
+def _(grad, x, w_in, w_out, post):
+    return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
+
+
+def _mlp_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs, output[1])
+
+
+def _mlp_backward(ctx, grad, _):
+    x, w_in, w_out, post = ctx.saved_tensors
+    return relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post)
+
+
+relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+
+
+def relu_square_mlp_reference(x, w_in, w_out):
+    return torch.relu(x @ w_in.T).square() @ w_out
+
+
+def relu_square_mlp(x, w_in, w_out):
+    """The MLP: x (..., D) -> (..., D); CUDA runs the fused kernel's op, CPU the reference."""
+    if not x.is_cuda:
+        return relu_square_mlp_reference(x, w_in, w_out)
+    return relu_square_mlp_op(x.reshape(-1, x.size(-1)), w_in, w_out)[0].view(x.shape)

@@ -174,7 +174,7 @@ def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torc
 # -----------------------------------------------------------------------------
 # Host wrappers
 
-def softcapped_ce_forward_triton(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5, config=None):
+def softcapped_ce_forward_triton(logits, targets, mtp_weights, A, B, C, config=None):
     """Triton forward: logits (N, V) -> (losses fp32 (N,), lse fp32 (N,)). config: CEConfig override."""
     _check_inputs(logits, targets, mtp_weights)
     n_rows, n_cols = logits.shape
@@ -190,7 +190,7 @@ def softcapped_ce_forward_triton(logits, targets, mtp_weights, A=23.0, B=5.0, C=
     return losses, lse
 
 
-def softcapped_ce_backward_triton(grad_losses, logits, lse, targets, mtp_weights, A=23.0, B=5.0, C=7.5,
+def softcapped_ce_backward_triton(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
                                   grad_scale=1.0, out_dtype=torch.bfloat16, config=None):
     """Triton backward: d(sum_i g_i·loss_i)/d logits / grad_scale as (N, V) out_dtype.
 
@@ -218,7 +218,7 @@ def _softcap_reference(logits, A, B, C):
     return A * torch.sigmoid((logits.to(torch.promote_types(logits.dtype, torch.float32)) + B) / C)
 
 
-def softcapped_ce_forward_reference(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5):
+def softcapped_ce_forward_reference(logits, targets, mtp_weights, A, B, C):
     z = _softcap_reference(logits, A, B, C)  # (N, V)
     lse = torch.logsumexp(z, dim=1)
     losses = torch.zeros_like(lse)
@@ -229,7 +229,7 @@ def softcapped_ce_forward_reference(logits, targets, mtp_weights, A=23.0, B=5.0,
     return losses, lse
 
 
-def softcapped_ce_backward_reference(grad_losses, logits, lse, targets, mtp_weights, A=23.0, B=5.0, C=7.5,
+def softcapped_ce_backward_reference(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
                                      grad_scale=1.0, out_dtype=torch.bfloat16):
     s = _softcap_reference(logits, A, B, C) / A  # sigmoid((x + B)/C), (N, V)
     p = torch.exp(A * s - lse[:, None].to(s.dtype))
@@ -246,36 +246,15 @@ def softcapped_ce_backward_reference(grad_losses, logits, lse, targets, mtp_weig
 # -----------------------------------------------------------------------------
 # Public ops: CUDA -> Triton, CPU -> reference
 
-def softcapped_ce_forward(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5):
+def softcapped_ce_forward(logits, targets, mtp_weights, A, B, C):
     """Per-row MTP losses and logsumexp of the soft-capped logits: fp32 (N,), fp32 (N,)."""
     fn = softcapped_ce_forward_triton if logits.is_cuda else softcapped_ce_forward_reference
     return fn(logits, targets, mtp_weights, A, B, C)
 
 
-def softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, A=23.0, B=5.0, C=7.5,
+def softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
                            grad_scale=1.0, out_dtype=torch.bfloat16):
     """Gradient of sum_i grad_losses_i·loss_i w.r.t. the logits, divided by grad_scale, as out_dtype
     (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly)."""
     fn = softcapped_ce_backward_triton if logits.is_cuda else softcapped_ce_backward_reference
     return fn(grad_losses, logits, lse, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
-
-
-class _SoftcappedCE(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, targets, mtp_weights, A, B, C):
-        losses, lse = softcapped_ce_forward(logits, targets, mtp_weights, A, B, C)
-        ctx.save_for_backward(logits, lse, targets, mtp_weights)
-        ctx.softcap = (A, B, C)
-        return losses
-
-    @staticmethod
-    def backward(ctx, grad_losses):
-        logits, lse, targets, mtp_weights = ctx.saved_tensors
-        grad_logits = softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, *ctx.softcap,
-                                             out_dtype=logits.dtype)
-        return grad_logits, None, None, None, None, None
-
-
-def softcapped_ce(logits, targets, mtp_weights, A=23.0, B=5.0, C=7.5):
-    """Per-row MTP losses fp32 (N,), differentiable w.r.t. logits (the gradient has the logits' dtype)."""
-    return _SoftcappedCE.apply(logits, targets, mtp_weights, A, B, C)

@@ -35,7 +35,7 @@ def ledgers(world_size: int) -> dict:
     hp = tg.Hyperparameters()
     with torch.device("meta"):
         cfg = tg.GPTConfig(vocab_size=tg.round_up(hp.vocab_size, 128), model_dim=hp.model_dim,
-                           num_heads=hp.num_heads, head_dim=hp.head_dim, max_seq_len=128)
+                           num_heads=hp.num_heads, head_dim=hp.head_dim, max_tokens=128)
         model = tg.GPT(cfg)
         rt = tg.Runtime(0, world_size, torch.device("meta"), 8 // world_size, None)
         optimizer = tg.NorMuonAdam(model, hp, rt, compile=False)

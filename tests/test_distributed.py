@@ -108,7 +108,7 @@ def test_world8_bytes_never_exceed_the_reference(do_adam, tied):
     hp = tg.Hyperparameters()
     with torch.device("meta"):
         cfg = tg.GPTConfig(vocab_size=tg.round_up(hp.vocab_size, 128), model_dim=768, num_heads=6, head_dim=128,
-                           max_seq_len=128)
+                           max_tokens=128)
         model = tg.GPT(cfg)
         opt = tg.NorMuonAdam(model, hp, tg.Runtime(0, 8, torch.device("meta"), 1, None), compile=False)
     rows_sent = 60_000  # about what a rank sends per Adam step in stage 3 (uniform hashing: an upper estimate)

@@ -5,7 +5,7 @@ Run: python -m pytest -q tests/test_embedding.py   (CPU: Triton interpreter; GPU
 import pytest
 import torch
 
-from kernels.embedding import embedding_grad_add, embedding_grad_add_reference, embedding_grad_add_triton
+from kernels.embedding import embedding_grad_add, embedding_grad_add_reference, embedding_grad_add_triton, lookup_op
 from tests.utils import DEVICE, HAS_CUDA, assert_close
 
 GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16; real shapes are slow)")
@@ -73,3 +73,25 @@ def test_embedding_grad_add_rejects_bad_input(bad):
         idx = idx.float()
     with pytest.raises(AssertionError):
         embedding_grad_add_triton(grad, idx, acc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,D,n,T", [(11, 37, 1, 50), (1000, 300, 3, 129), (64, 8, 2, 1)])
+def test_lookup_op_forward_and_accumulated_backward(rows, D, n, T, dtype):
+    """lookup_op (what training runs): outputs are the table's rows; two backward passes add the fp64 reference's
+    dense gradients into grad_acc (starting from a nonzero accumulator); the table itself gets no gradient."""
+    table = torch.randn(rows, D, device=DEVICE).to(dtype).requires_grad_()
+    acc = torch.randn(rows, D, device=DEVICE)
+    expected = acc.double()
+    for _ in range(2):
+        idx = (torch.rand(n, T, device=DEVICE) ** 3 * rows).long().clamp_max(rows - 1)
+        outs = lookup_op(table, idx, acc)
+        grads = [torch.randn_like(o) for o in outs]
+        for out, rows_i in zip(outs, idx):
+            assert torch.equal(out, table.detach()[rows_i])
+        torch.autograd.backward(outs, grads)
+        dense = table.detach().double().requires_grad_()
+        torch.autograd.backward([torch.nn.functional.embedding(r, dense) for r in idx], [g.double() for g in grads])
+        expected = expected + dense.grad
+    assert table.grad is None
+    assert_close(acc, expected, atol=1e-5 * T ** 0.5, rtol=1e-5, name="grad_acc")

@@ -1,0 +1,54 @@
+"""The LM head + soft-capped MTP cross entropy op that training runs (kernels/lm_head.py): losses and the
+gradients of x and w through its registered autograd, against the fp64 PyTorch reference.
+
+    python -m pytest -q tests/test_lm_head.py
+
+On the CPU the op runs its bf16/fp32 path (a plain matmul, the CE reference); with CUDA the CE runs on the
+Triton kernels and the FP8 path (e4m3 operands, e5m2 logit gradients) at the model's shapes.
+"""
+import pytest
+import torch
+
+from kernels.lm_head import head_loss_op, head_loss_reference
+from tests.utils import DEVICE, HAS_CUDA, rel_error
+
+SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
+FP8_SCALES = dict(x_scale=100 / 448, w_scale=1.6 / 448, grad_scale=0.75 / 448 / 8)  # the model's, accumulation 8
+GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (FP8 matmuls; real shapes are slow on the CPU)")
+# (T, D, V); V = 50304 is the padded GPT-2 vocabulary
+SHAPES = [(1, 8, 5), (9, 16, 37), (130, 64, 1000), pytest.param(2048, 768, 50304, marks=GPU_ONLY)]
+# (dtype, fp8, largest relative error (Frobenius) of losses, of gradients): bf16 rounds logits and gradients
+# once (2^-9); FP8 rounds operands to 3 mantissa bits and logit gradients to 2
+CASES = [pytest.param(torch.float32, False, 1e-6, 1e-5, id="fp32"), pytest.param(torch.bfloat16, False, 1e-2, 2e-2, id="bf16"),
+         pytest.param(torch.bfloat16, True, 2e-2, 0.25, id="fp8", marks=GPU_ONLY)]
+
+
+@pytest.mark.parametrize("T,D,V", SHAPES)
+@pytest.mark.parametrize("dtype,fp8,loss_tol,grad_tol", CASES)
+def test_head_loss_op(T, D, V, dtype, fp8, loss_tol, grad_tol):
+    torch.manual_seed(T + V)
+    x = torch.randn(T, D, device=DEVICE).to(dtype).requires_grad_()  # a normed stream: unit scale
+    w = (0.005 * torch.randn(D, V, device=DEVICE) * 64).to(dtype).requires_grad_()  # logits of a few units
+    targets = torch.randint(0, V, (T,), device=DEVICE)
+    mtp = torch.tensor([1.0, 0.5, 0.25], device=DEVICE)
+    losses = head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)[0]
+    grad_losses = torch.rand(T, device=DEVICE)
+    losses.backward(grad_losses)
+
+    ref_x, ref_w = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    ref = head_loss_reference(ref_x, ref_w, targets, mtp.double(), SOFTCAP)
+    ref.backward(grad_losses.double())
+    assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
+    assert rel_error(losses, ref) < loss_tol, ("losses", rel_error(losses, ref))
+    for name, got, want in (("grad x", x.grad, ref_x.grad), ("grad w", w.grad, ref_w.grad)):
+        assert got.dtype == dtype and torch.isfinite(got).all(), name
+        assert rel_error(got, want) < grad_tol, (name, rel_error(got, want))
+
+
+def test_losses_use_the_given_soft_cap():
+    """The cap reaches the kernel: another (A, B, C) gives the reference's other losses."""
+    x, w = torch.randn(5, 8, device=DEVICE), torch.randn(8, 11, device=DEVICE)
+    targets, mtp = torch.randint(0, 11, (5,), device=DEVICE), torch.tensor([1.0], device=DEVICE)
+    for cap in (SOFTCAP, (15.0, 2.0, 3.0)):
+        got = head_loss_op(x, w, targets, mtp, cap, **FP8_SCALES, fp8=False)[0]
+        assert rel_error(got, head_loss_reference(x.double(), w.double(), targets, mtp.double(), cap)) < 1e-5

@@ -14,9 +14,12 @@ import dataclasses
 import glob
 import importlib.metadata
 import importlib.util
+import inspect
 import math
 import os
 import pickle
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,30 +29,21 @@ import uuid
 
 PROCESS_START = time.time()  # for the startup-time report
 from ast import literal_eval
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-
-os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch import Tensor, nn
-
-from kernels.embedding import lookup_op
-from kernels.lm_head import head_loss_op
-from kernels.polar_express import polar_express
-from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference
-from kernels.transpose import transpose_add, transpose_copy
 
 # -----------------------------------------------------------------------------
 # Hyperparameters: every knob of the run. Defaults reproduce the record on 8xH100.
 
+GATE_CHANNELS = 12  # the model's gates read the first 12 channels of their input stream
+
+
 @dataclass
 class Hyperparameters:
     # data
-    train_files: str = "data/fineweb10B/fineweb_train_*.bin"
-    val_files: str = "data/fineweb10B/fineweb_val_*.bin"
+    train_files: str = "data/fineweb10B/fineweb_train_*.bin"  # glob of the training shards, read in name order
+    val_files: str = "data/fineweb10B/fineweb_val_*.bin"  # glob of the validation shards
     val_tokens: int = 10_485_760  # fixed so that val losses compare across runs
     vocab_size: int = 50257  # GPT-2; padded to a multiple of 128 in the model
     bos_id: int = 50256  # document separator that starts every document
@@ -60,7 +54,7 @@ class Hyperparameters:
     final_lr_frac: float = 0.15  # ...down to this fraction of the stage lr
     untie_frac: float = 2 / 3  # the embedding unties from the LM head after this fraction of the scheduled steps
     # three equal stages, then the extension stage; tokens are per micro-batch (8 micro-batches a step)
-    micro_batch_tokens: tuple = (8 * 2048, 16 * 2048, 24 * 2048)
+    micro_batch_tokens: tuple = (8 * 2048, 16 * 2048, 24 * 2048)  # tokens per micro-batch by stage
     stage_seq_lens: tuple = (896, 2048, 2048)  # documents are cut at this length
     stage_lr_muls: tuple = (1.0, 1.52, 1.73)  # ~ (batch / first batch) ** 0.6 and ** 0.5
     stage_windows: tuple = ((1, 3), (3, 7), (5, 11), (6, 13))  # (short, long) attention windows in blocks; last = extension
@@ -68,27 +62,27 @@ class Hyperparameters:
     window_block: int = 128  # tokens per window block
     final_long_window: int = 20  # long window (blocks) for the final validation, beyond training (YaRN extends)
     # model
-    model_dim: int = 768
-    num_heads: int = 6
-    head_dim: int = 128
+    model_dim: int = 768  # width of the residual stream
+    num_heads: int = 6  # attention heads (even: paired-head layers pair them)
+    head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
     # optimizer
-    adam_lr: float = 0.008
-    adam_eps: float = 1e-10
-    adam_wd: float = 0.005
-    muon_lr: float = 0.023
-    muon_wd: float = 1.2
+    adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
+    adam_eps: float = 1e-10  # Adam's epsilon
+    adam_wd: float = 0.005  # Adam's cautious weight decay (applied as lr^2 * wd)
+    muon_lr: float = 0.023  # NorMuon's base lr for the attention and MLP banks
+    muon_wd: float = 1.2  # NorMuon's cautious weight decay (applied as lr * wd)
     muon_beta2: float = 0.95  # NorMuon second-moment decay
-    muon_momentum_min: float = 0.85
-    muon_momentum_max: float = 0.95
-    muon_momentum_warmup_steps: int = 300
-    muon_momentum_cooldown_steps: int = 50
+    muon_momentum_min: float = 0.85  # NorMuon momentum at the start and the end of the run...
+    muon_momentum_max: float = 0.95  # ...and in between
+    muon_momentum_warmup_steps: int = 300  # steps of the linear rise from min to max
+    muon_momentum_cooldown_steps: int = 50  # final steps of the linear fall back to min
     # evaluation and logging
     val_every: int = 250  # validate every N steps (0: only at the end); excluded from train time
     val_micro_batch_tokens: int = 4 * 64 * 1024  # tokens per rank per validation forward
-    seed: int = 0
+    seed: int = 0  # initial weights (data order is fixed by the shards)
     run_id: str = ""  # log file name under logs/; default: a fresh uuid
-    log_dir: str = "logs"
+    log_dir: str = "logs"  # folder of the log, captures, traces and checkpoints
     # runtime
     device: str = "auto"  # auto | cuda | cpu
     attention: str = "auto"  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
@@ -96,7 +90,10 @@ class Hyperparameters:
     compile: bool = True  # torch.compile the model and optimizer math
     cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
-    save_checkpoint: bool = False  # save model + optimizer state at the end to <log_dir>/<run_id>_final.pt
+    save_checkpoint: bool = False  # save a resumable checkpoint at the end, and when a run stops early: <log_dir>/<run_id>_checkpoint.pt
+    checkpoint_every: int = 0  # also save it every N steps (0: never)
+    resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
+    overwrite: bool = False  # allow a --run_id whose log already exists (its files are replaced)
     # reliability and debugging
     guard_every: int = 50  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
     inject_fault_step: int = -1  # tests only: poison one MLP output with NaN at this step
@@ -106,15 +103,36 @@ class Hyperparameters:
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
 
+def setting_help() -> str:
+    """Every setting with its default and meaning, grouped as in Hyperparameters: read from its source, so the
+    comments there are the one description."""
+    lines = ["usage: train_gpt.py [--name value | --name=value]...  (torchrun --nproc_per_node=N train_gpt.py ...)",
+             "  --help, -h: this list;  --check: check the settings and exit", ""]
+    defaults = Hyperparameters()
+    for line in inspect.getsource(Hyperparameters).splitlines()[2:]:
+        if m := re.fullmatch(r"\s*# (.*)", line):
+            lines.append(f"{m[1]}:")
+        elif m := re.fullmatch(r"\s*(\w+): \w+ = [^#]*?(?:#\s*(.*))?", line):
+            lines.append(f"  --{m[1]} {getattr(defaults, m[1])!r}" + (f"  {m[2]}" if m[2] else ""))
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str]) -> Hyperparameters:
-    """Parse `--name value` / `--name=value` overrides of Hyperparameters, type-checked."""
+    """Parse `--name value` / `--name=value` overrides of Hyperparameters, type-checked, then validated as a whole.
+    --help/-h prints every setting and --check validates and exits: both exit here."""
+    if {"--help", "-h"} & set(argv):
+        print(setting_help())
+        raise SystemExit(0)
     args = Hyperparameters()
     fields = {f.name: f for f in dataclasses.fields(Hyperparameters)}
-    i = 0
+    check_only, i = False, 0
     while i < len(argv):
         token = argv[i]
+        if token == "--check":
+            check_only, i = True, i + 1
+            continue
         if not token.startswith("--"):
-            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value")
+            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value (--help lists them)")
         if "=" in token:
             name, text = token[2:].split("=", 1)
             i += 1
@@ -124,7 +142,7 @@ def parse_args(argv: list[str]) -> Hyperparameters:
             name, text = token[2:], argv[i + 1]
             i += 2
         if name not in fields:
-            raise SystemExit(f"error: unknown setting --{name}; known settings: {', '.join(fields)}")
+            raise SystemExit(f"error: unknown setting --{name} (--help lists the settings)")
         default = getattr(args, name)
         if isinstance(default, str):
             value = text
@@ -140,7 +158,106 @@ def parse_args(argv: list[str]) -> Hyperparameters:
             if type(value) is not type(default):
                 raise SystemExit(f"error: --{name} expects a {type(default).__name__}, got {text!r}")
         setattr(args, name, value)
+    validate(args)
+    if check_only:
+        print("settings OK")
+        raise SystemExit(0)
     return args
+
+
+def validate(hp: Hyperparameters):
+    """Every setting in range and every derived constraint met, else a one-line error naming the flag and a valid
+    value: before anything is loaded or built."""
+    def need(ok: bool, message: str):
+        if not ok:
+            raise SystemExit(f"error: {message}")
+
+    def positive_ints(name: str, n: int):
+        value = getattr(hp, name)
+        need(len(value) == n and all(isinstance(v, int) and v > 0 for v in value),
+             f"--{name} {value!r} needs {n} positive integers, e.g. {getattr(Hyperparameters(), name)!r}")
+
+    need(hp.vocab_size >= 2, f"--vocab_size {hp.vocab_size} must be at least 2")
+    need(0 <= hp.bos_id < hp.vocab_size, f"--bos_id {hp.bos_id} must be a token id below --vocab_size {hp.vocab_size}")
+    need(hp.val_tokens > 0 and hp.val_micro_batch_tokens > 0 and hp.val_tokens % hp.val_micro_batch_tokens == 0,
+         f"--val_tokens {hp.val_tokens} must be a positive multiple of --val_micro_batch_tokens {hp.val_micro_batch_tokens}")
+    need(hp.num_scheduled_steps >= 3, f"--num_scheduled_steps {hp.num_scheduled_steps} must be at least 3 (one per stage)")
+    need(hp.num_extension_steps >= 0, f"--num_extension_steps {hp.num_extension_steps} must be 0 or more")
+    for name in ("cooldown_frac", "final_lr_frac"):
+        need(0.0 <= getattr(hp, name) <= 1.0, f"--{name} {getattr(hp, name)} must be in [0, 1]")
+    need(0.0 < hp.untie_frac <= 1.0, f"--untie_frac {hp.untie_frac} must be in (0, 1]")
+    positive_ints("micro_batch_tokens", 3)
+    positive_ints("stage_seq_lens", 3)
+    need(all(s <= t for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),
+         f"--stage_seq_lens {hp.stage_seq_lens!r} may not exceed --micro_batch_tokens {hp.micro_batch_tokens!r}")
+    need(len(hp.stage_lr_muls) == 3 and all(0 < m <= 100 for m in hp.stage_lr_muls),
+         f"--stage_lr_muls {hp.stage_lr_muls!r} needs 3 multipliers in (0, 100], e.g. (1.0, 1.52, 1.73)")
+    windows = hp.stage_windows
+    need(len(windows) == 4 and all(len(w) == 2 and all(isinstance(b, int) and b > 0 for b in w) and w[0] <= w[1]
+                                   for w in windows),
+         f"--stage_windows {windows!r} needs 4 (short, long) pairs of positive block counts with short <= long")
+    longs = [w[1] for w in windows] + [hp.final_long_window]
+    need(all(a <= b for a, b in zip(longs, longs[1:])),
+         f"--stage_windows long windows {longs[:-1]} and --final_long_window {hp.final_long_window} may only grow "
+         "(YaRN extends the rotary positions to longer windows, never shorter)")
+    need(hp.window_block > 0, f"--window_block {hp.window_block} must be positive, e.g. 128")
+    need(len(hp.stage_mtp_weights) == 3 and all(
+        len(pair) == 2 and len(pair[0]) == len(pair[1]) >= 1 and all(w >= 0 for w in pair[0] + pair[1])
+        for pair in hp.stage_mtp_weights),
+        f"--stage_mtp_weights needs 3 (start, end) pairs of equally long non-negative weight tuples, "
+        f"e.g. {Hyperparameters().stage_mtp_weights!r}")
+    need(min(hp.model_dim, hp.num_heads, hp.head_dim) > 0, "--model_dim, --num_heads and --head_dim must be positive")
+    need(hp.num_heads * hp.head_dim == hp.model_dim,
+         f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, "
+         f"e.g. --num_heads {max(2, hp.model_dim // 128 // 2 * 2)} --head_dim {hp.model_dim // max(2, hp.model_dim // 128 // 2 * 2)}")
+    need(hp.num_heads % 2 == 0, f"--num_heads {hp.num_heads} must be even (paired-head attention pairs heads)")
+    need(hp.head_dim % 4 == 0, f"--head_dim {hp.head_dim} must be a multiple of 4 (half-truncated rotary pairs)")
+    need(hp.model_dim >= GATE_CHANNELS, f"--model_dim {hp.model_dim} must be at least {GATE_CHANNELS} (the gates' inputs)")
+    if hp.fp8_head and hp.device != "cpu":  # FP8 matmuls (cuBLASLt) need sizes in multiples of 16
+        need(hp.model_dim % 16 == 0 and all(t % 16 == 0 for t in hp.micro_batch_tokens),
+             f"the FP8 LM head needs --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} "
+             "in multiples of 16; change them or pass --fp8_head False")
+    for name in ("adam_lr", "muon_lr"):
+        need(0 < getattr(hp, name) <= 1, f"--{name} {getattr(hp, name)} must be in (0, 1], e.g. {getattr(Hyperparameters(), name)}")
+    need(0 < hp.adam_eps < 1, f"--adam_eps {hp.adam_eps} must be in (0, 1), e.g. 1e-10")
+    for name in ("adam_wd", "muon_wd"):
+        need(0 <= getattr(hp, name) <= 100, f"--{name} {getattr(hp, name)} must be in [0, 100]")
+    for name in ("muon_beta2", "muon_momentum_min", "muon_momentum_max"):
+        need(0 <= getattr(hp, name) < 1, f"--{name} {getattr(hp, name)} must be in [0, 1)")
+    need(hp.muon_momentum_min <= hp.muon_momentum_max, "--muon_momentum_min may not exceed --muon_momentum_max")
+    for name in ("muon_momentum_warmup_steps", "muon_momentum_cooldown_steps"):
+        need(getattr(hp, name) >= 1, f"--{name} {getattr(hp, name)} must be at least 1")
+    for name in ("val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
+        need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
+    need(hp.emulate_world_size in (0, 1, 2, 4, 8), f"--emulate_world_size {hp.emulate_world_size} must be 1, 2, 4 or 8")
+    need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
+    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
+         f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
+    need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
+    need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
+    need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
+         and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]),
+         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last)")
+    for name in ("replay", "resume"):
+        need(not getattr(hp, name) or Path(getattr(hp, name)).is_file(), f"--{name} {getattr(hp, name)!r}: no such file")
+
+
+if __name__ == "__main__":  # --help, --check and setting errors answer at once, before the heavy imports below
+    parse_args(sys.argv[1:])
+
+os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from kernels.embedding import lookup_op  # noqa: E402
+from kernels.lm_head import head_loss_op  # noqa: E402
+from kernels.polar_express import polar_express  # noqa: E402
+from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
+from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
+
 
 # -----------------------------------------------------------------------------
 # Distributed setup: one process per GPU under torchrun; a plain `python3` run is world size 1
@@ -273,7 +390,47 @@ def find_shards(pattern: str, what: str) -> list[Path]:
     if not files:
         raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
                         f"or point --{what}_files at your .bin shards")
+    for f in files:
+        if not f.is_file():
+            raise DataError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "
+                            f"shards, e.g. '{f}/*.bin'")
     return files
+
+
+def scan_shard(path: Path, bos_id: int, vocab_size: int) -> np.ndarray:
+    """Check a shard's header and token ids, memory-mapped (nothing is loaded); returns its BOS positions."""
+    num_tokens = read_shard_header(path)
+    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(num_tokens,))
+    if num_tokens and int(tokens.max()) >= vocab_size:
+        raise ShardError(f"{path}: token id {int(tokens.max())} >= vocab_size {vocab_size}; "
+                         "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+    return np.flatnonzero(tokens == bos_id)
+
+
+def cut_micro_batches(bos: np.ndarray, size: int, doc: int, need: int, max_seq_len: int,
+                      count: int = 8) -> tuple[list[tuple[np.ndarray, np.ndarray]], int] | None:
+    """Cut `count` micro-batches of `need` tokens from a shard of `size` tokens, from its document `doc` on: each
+    sequence starts at a BOS and stops at max_seq_len (the rest of that document is skipped), the last one is cut
+    to fit. Returns ([(starts, lengths)] per micro-batch, the next document), or None if the shard runs out."""
+    cuts = []
+    for _ in range(count):
+        looked = 64  # documents looked at, grown until they hold `need` tokens (each holds at least one)
+        while True:
+            starts = bos[doc:doc + looked]
+            ends = np.append(bos[doc + 1:doc + looked + 1], size)[:starts.size]
+            lengths = np.minimum(ends - starts, max_seq_len)
+            total = np.cumsum(lengths)
+            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
+            if k < total.size:
+                break
+            if starts.size < looked:
+                return None
+            looked *= 4
+        lengths = lengths[:k + 1].copy()
+        lengths[k] -= total[k] - need
+        cuts.append((starts[:k + 1], lengths))
+        doc += k + 1
+    return cuts, doc
 
 
 def round_up(n: int, multiple: int) -> int:
@@ -302,24 +459,20 @@ class MicroBatch:
 
 
 class IndexedShard:
-    """A shard's tokens with the position of every BOS, loaded (optionally in a thread) and validated."""
+    """A shard's tokens with the position of every BOS (scanned and checked before the run: check_data)."""
 
-    def __init__(self, path: Path, bos_id: int, vocab_size: int):
-        self.path = path
+    def __init__(self, path: Path, bos: np.ndarray):
+        self.path, self.bos = path, bos
         self.tokens = load_shard(path).numpy()
-        if self.tokens.size and int(self.tokens.max()) >= vocab_size:
-            raise ShardError(f"{path}: token id {int(self.tokens.max())} >= vocab_size {vocab_size}; "
-                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
-        self.bos = np.flatnonzero(self.tokens == bos_id)
 
     @staticmethod
-    def load_async(path: Path, bos_id: int, vocab_size: int):
+    def load_async(path: Path, bos: np.ndarray):
         """Start loading in a background thread; returns a function that waits for the shard."""
         box = {}
 
         def work():
             try:
-                box["shard"] = IndexedShard(path, bos_id, vocab_size)
+                box["shard"] = IndexedShard(path, bos)
             except Exception as e:  # re-raised in the caller's thread
                 box["error"] = e
         thread = threading.Thread(target=work, daemon=True)
@@ -390,10 +543,11 @@ class TrainLoader:
     reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
     every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
 
-    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
+    def __init__(self, index: dict[Path, np.ndarray], hp: Hyperparameters, rank: int, world_size: int,
+                 device: torch.device, bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
                  track_bigram_rows: bool = False):
-        self.files = find_shards(pattern, "train")
+        """index: the train shards in order, with their BOS positions (check_data)."""
+        self.files, self.index = list(index), index
         self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
         self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
         self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
@@ -408,14 +562,16 @@ class TrainLoader:
     def _open_next(self):
         if self.next_file >= len(self.files):
             return None
-        get = IndexedShard.load_async(self.files[self.next_file], self.hp.bos_id, self.hp.vocab_size)
+        get = IndexedShard.load_async(self.files[self.next_file], self.index[self.files[self.next_file]])
         self.next_file += 1
         return get
 
     def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
         """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
-        while (cuts := self._cut_step(micro_tokens + 1, max_seq_len)) is None:
+        while (cut := cut_micro_batches(self.shard.bos, self.shard.tokens.size, self.doc, micro_tokens + 1,
+                                        max_seq_len)) is None:
             self._advance_shard()
+        cuts, self.doc = cut
         mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
         for slot, (starts, lengths) in enumerate(cuts):
             owner = slot % self.world_size
@@ -432,24 +588,6 @@ class TrainLoader:
                 mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
         return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
 
-    def _cut_step(self, need: int, max_seq_len: int) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """(starts, lengths) of 8 micro-batches of `need` tokens from self.doc on, or None if this shard runs out."""
-        bos, size, doc, cuts = self.shard.bos, self.shard.tokens.size, self.doc, []
-        for _ in range(8):
-            starts = bos[doc:doc + need]  # each document gives >= 1 token, so `need` documents suffice
-            ends = np.append(bos[doc + 1:doc + need + 1], size)[:starts.size]
-            lengths = np.minimum(ends - starts, max_seq_len)
-            total = np.cumsum(lengths)
-            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
-            if k == total.size:
-                return None
-            lengths = lengths[:k + 1].copy()
-            lengths[k] -= total[k] - need
-            cuts.append((starts[:k + 1], lengths))
-            doc += k + 1
-        self.doc = doc
-        return cuts
-
     def _advance_shard(self):
         if self._prefetch is None:
             raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
@@ -463,26 +601,15 @@ class ValData:
     """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
     Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
 
-    def __init__(self, pattern: str, hp: Hyperparameters, rank: int, world_size: int, device: torch.device,
-                 bigram_rows: int):
-        files = find_shards(pattern, "val")
-        T, per_step = hp.val_micro_batch_tokens, hp.val_micro_batch_tokens * world_size
-        if hp.val_tokens <= 0 or hp.val_tokens % per_step:
-            raise DataError(f"--val_tokens {hp.val_tokens} must be a positive multiple of val_micro_batch_tokens "
-                            f"x world size = {T} x {world_size} = {per_step}")
-        chunks, have = [], 0
-        for f in files:
+    def __init__(self, hp: Hyperparameters, rank: int, world_size: int, device: torch.device, bigram_rows: int):
+        """The shards hold enough tokens, all below the vocabulary size (check_data)."""
+        T, chunks, have = hp.val_micro_batch_tokens, [], 0
+        for f in find_shards(hp.val_files, "val"):
             if have > hp.val_tokens:
                 break
             chunks.append(load_shard(f).numpy())
             have += chunks[-1].size
-        if have < hp.val_tokens + 1:
-            raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
-                            f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
-                            "or add validation data")
         tokens = np.concatenate(chunks)[:hp.val_tokens + 1]
-        if int(tokens.max()) >= hp.vocab_size:
-            raise DataError(f"validation data has token id {int(tokens.max())} >= vocab_size {hp.vocab_size}")
         self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
         self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
         self.bos_id = hp.bos_id
@@ -501,6 +628,55 @@ class ValData:
         buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
         return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
                                 self.device)
+
+def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> tuple[dict[Path, np.ndarray], str]:
+    """Before anything is built: every train shard's header and token ids (memory-mapped, in parallel), the
+    validation tokens the run reads, and whether the train shards cover the schedule (the loader's cuts, run over
+    the BOS positions alone). Returns the train shards with their BOS positions, for the loader, and a report."""
+    files = find_shards(hp.train_files, "train")
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        bos = list(pool.map(lambda f: scan_shard(f, hp.bos_id, hp.vocab_size), files))
+    sizes = [read_shard_header(f) for f in files]
+    for f, b in zip(files, bos):
+        if b.size == 0:
+            raise DataError(f"{f}: no document separator (token {hp.bos_id}) in the shard: every document must start "
+                            "with one; check --bos_id, or tokenize with data/tokenize_text.py")
+    per_step = hp.val_micro_batch_tokens * world_size
+    if hp.val_tokens % per_step:
+        raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
+                        f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
+    val_files, have = find_shards(hp.val_files, "val"), 0
+    for f in val_files:
+        if have > hp.val_tokens:
+            break
+        n = read_shard_header(f)
+        used = np.memmap(f, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(n,))[:hp.val_tokens + 1 - have]
+        if used.size and int(used.max()) >= hp.vocab_size:
+            raise ShardError(f"{f}: token id {int(used.max())} >= vocab_size {hp.vocab_size}; "
+                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+        have += n
+    if have < hp.val_tokens + 1:
+        raise DataError(f"validation shards {hp.val_files!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
+                        f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
+                        "or add validation data")
+    shard, doc, taken = 0, 0, 0
+    for step in range(schedule.total_steps):
+        settings = schedule.at(step)
+        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
+                                        settings.seq_len)) is None:
+            shard, doc = shard + 1, 0
+            if shard == len(files):
+                raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) "
+                                f"cover {step} of the schedule's {schedule.total_steps} steps (documents are cut at "
+                                f"{hp.stage_seq_lens} tokens: the rest of a longer one is skipped; with short lines of "
+                                "text, tokenize with --line_docs); add shards or shorten the schedule")
+        doc = cut[1]
+        taken += 8 * (settings.micro_batch_tokens + 1)
+    report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
+              f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
+              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)")
+    return dict(zip(files, bos)), report
+
 
 # -----------------------------------------------------------------------------
 # Model configuration (GPT-2-small-sized, 11 layers with named roles) and rotary embeddings
@@ -525,7 +701,7 @@ class GPTConfig:
     value_embed_layers: tuple = (1, 2, 8, 9, 10)  # one value-embedding table each, in this order
     paired_head_layers: tuple = (0, 2, 5, 9)
     long_window_layers: tuple = (3, 10)  # the rest use the short window; these also get the key offset
-    gate_channels: int = 12  # gates read the first 12 channels of their input stream
+    gate_channels: int = GATE_CHANNELS
     # FP8 LM-head scales: inputs, weights and logit grads are divided by these before the e4m3/e5m2 cast
     head_x_scale: float = 100 / 448
     head_w_scale: float = 1.6 / 448
@@ -1431,11 +1607,14 @@ class Schedule:
 # Logging: the log file holds this script, the kernels, versions, nvidia-smi and the resolved config
 
 class Logger:
-    def __init__(self, hp: Hyperparameters, is_master: bool):
+    def __init__(self, hp: Hyperparameters, is_master: bool, fresh: bool = True):
+        """fresh: start the log anew (a resumed run appends to its log instead)."""
         self.path = None
         if is_master:
             os.makedirs(hp.log_dir, exist_ok=True)
             self.path = os.path.join(hp.log_dir, f"{hp.run_id}.txt")
+            if fresh:
+                open(self.path, "w").close()
 
     def __call__(self, msg: str, console: bool = True):
         if self.path is None:
@@ -1473,59 +1652,91 @@ class NonFiniteError(RuntimeError):
 
 
 class NonFiniteGuard:
-    """Remembers on the device the first step whose losses or reduced gradient shards were not all finite.
+    """Remembers on the device the first step whose losses or reduced gradient shards were not all finite, and
+    whether a rank was asked to stop (so that all ranks stop at the same step).
 
     observe() folds in values the step computes anyway (each micro-batch's loss, the norms of the gradient
     shards the optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
-    the flag, agreed over ranks, to the host; published() reads the copy started at the previous check, long
+    the flags, agreed over ranks, to the host; published() reads the copy started at the previous check, long
     done by then, so the loop never drains the GPU's queue for it. read() is the waiting version, for points
     where the loop waits anyway (validations)."""
     NONE = 2**62
 
     def __init__(self, device: torch.device, distributed: bool):
-        self.first_bad = torch.full((), self.NONE, dtype=torch.int64, device=device)
+        self.flags = torch.tensor([self.NONE, 0], dtype=torch.int64, device=device)  # [first bad step, -stop]
         self.distributed = distributed
-        self._host = torch.full((), self.NONE, dtype=torch.int64, pin_memory=device.type == "cuda")
+        self._host = self.flags.new_empty(2, device="cpu", pin_memory=device.type == "cuda").copy_(self.flags)
         self._copied = torch.cuda.Event() if device.type == "cuda" else None
 
     def observe(self, step: int, losses: list[Tensor], grad_norms: list[Tensor]):
         values = torch.stack([*(x.float() for x in losses), *(n.float() for n in grad_norms)])
         bad = ~torch.isfinite(values).all()
-        self.first_bad = torch.where(bad & (self.first_bad == self.NONE), step, self.first_bad)
+        self.flags[0] = torch.where(bad & (self.flags[0] == self.NONE), step, self.flags[0])
+
+    def request_stop(self):
+        self.flags[1] = -1
 
     def _agreed(self) -> Tensor:
-        first = self.first_bad.clone()
-        if self.distributed:
-            dist.all_reduce(first, op=dist.ReduceOp.MIN)
-        return first
+        flags = self.flags.clone()
+        if self.distributed:  # the first bad step of any rank; -1 if any rank asks to stop
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        return flags
 
     def publish(self):
         self._host.copy_(self._agreed(), non_blocking=True)
         if self._copied is not None:
             self._copied.record()
 
-    def published(self) -> int | None:
-        """The first bad step among those before the previous publish() (None: all finite)."""
+    def published(self) -> tuple[int | None, bool]:
+        """(first bad step or None, whether a rank asked to stop) as of the previous publish()."""
         if self._copied is not None:
             self._copied.synchronize()
-        first = int(self._host)
-        return None if first == self.NONE else first
+        return self._decode(self._host.tolist())
 
-    def read(self) -> int | None:
-        """The first bad step so far (waits for the device)."""
-        first = self._agreed().item()
-        return None if first == self.NONE else first
+    def read(self) -> tuple[int | None, bool]:
+        """The same, as of now (waits for the device)."""
+        return self._decode(self._agreed().tolist())
+
+    def _decode(self, flags: list[int]) -> tuple[int | None, bool]:
+        return (None if flags[0] == self.NONE else flags[0]), flags[1] < 0
 
     def reset(self):
-        self.first_bad.fill_(self.NONE)
-        self._host.fill_(self.NONE)
+        self.flags.copy_(torch.tensor([self.NONE, 0]))
+        self._host.copy_(self.flags)
+
+
+class StopRequest:
+    """SIGINT or SIGTERM during the training loop: stop at a step boundary (the next one in one process; on
+    several ranks, the one where they agree: the guard's check after next), log why and save a checkpoint.
+    During start-up, or a second time, stop at once."""
+
+    def __init__(self):
+        self.reason, self.in_loop = None, False
+
+    def __call__(self, signum, frame):
+        name = signal.Signals(signum).name
+        if not self.in_loop or self.reason is not None:
+            raise KeyboardInterrupt(name)
+        self.reason = name
+        print(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)", file=sys.stderr)
+
+
+class Stopped(RuntimeError):
+    """The run stopped on a signal; the message says where it was saved."""
+
+
+def save_atomically(obj, path: str):
+    """torch.save to a temporary name, then rename: a reader never sees a half-written file."""
+    tmp = f"{path}.tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
 
 
 def copy_tree(tree, into=None, device=None):
     """Copy of nested dicts of tensors and plain values; into `into`'s tensors when given (same structure: no
     allocation), else into new ones (on `device` if given)."""
     if isinstance(tree, dict):
-        return {k: copy_tree(v, None if into is None else into[k], device) for k, v in tree.items()}
+        return {k: copy_tree(v, None if into is None else into.get(k), device) for k, v in tree.items()}
     if isinstance(tree, Tensor):
         return tree.detach().to(device, copy=True) if into is None else into.copy_(tree)
     return tree
@@ -1628,9 +1839,12 @@ class MicroStepGraphs:
 class Trainer:
     """Owns the model, optimizer, schedule and data; runs steps, validations, warm-up and rewinds."""
 
-    def __init__(self, hp: Hyperparameters, rt: Runtime, log: Logger):
+    def __init__(self, hp: Hyperparameters, rt: Runtime, log: Logger, train_index: dict[Path, np.ndarray] | None = None,
+                 stop: StopRequest | None = None):
+        """train_index: check_data's (checked here when not given); stop: the signal handler's request."""
         self.hp, self.rt, self.log = hp, rt, log
         self.schedule = Schedule(hp)
+        self.train_index = train_index or check_data(hp, self.schedule, rt.world_size)[0]
         self.model = build_model(hp, rt)
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
@@ -1638,7 +1852,7 @@ class Trainer:
         self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
-        self.val = ValData(hp.val_files, hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
+        self.val = ValData(hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
         self.loader = self.new_loader()
         self.mtp_table = torch.tensor([self.schedule.at(s).mtp_weights for s in range(self.schedule.total_steps + 1)],
                                       device=rt.device)  # (steps + 1, K)
@@ -1647,9 +1861,10 @@ class Trainer:
         self.micro_step = MicroStepGraphs(self.forward_backward) if graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
+        self.stop = stop or StopRequest()
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
-        return TrainLoader(self.hp.train_files, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
+        return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
                            self.bigram_rows, self.capacity, start, track_bigram_rows=bool(self.optimizer.touched))
 
     def sync(self):
@@ -1720,15 +1935,15 @@ class Trainer:
         if step == self.schedule.split_step:
             self.optimizer.untie()
 
+    def state(self, step: int) -> dict:
+        """Everything the steps from `step` on depend on, by reference: weights, optimizer state, data position, and
+        what Adam carries over from an even step (nothing before an even step: the odd one before it used it up)."""
+        return dict(step=step, loader=self.loader.position(), model=self.model.state_dict(),
+                    optimizer=self.optimizer.state_dict(), carried=self.carried() if step % 2 == 1 else None)
+
     def snapshot(self, step: int, into: dict | None = None) -> dict:
-        """Everything the steps from `step` on depend on: weights, optimizer state, data position, and the
-        gradients that Adam carries over from an even step (none before an even step: the odd one zeroed them).
-        `into`: an earlier snapshot whose buffers are reused."""
-        into = into or {}
-        return dict(step=step, loader=self.loader.position(),
-                    model=copy_tree(self.model.state_dict(), into.get("model")),
-                    optimizer=copy_tree(self.optimizer.state_dict(), into.get("optimizer")),
-                    carried=copy_tree(self.carried(), into.get("carried")) if step % 2 == 1 else None)
+        """A copy of state(step) on the device; `into`: an earlier snapshot whose buffers are reused."""
+        return copy_tree(self.state(step), into)
 
     def carried(self) -> dict:
         """What an even step leaves for the next (Adam) step: its gradients, and the bigram rows they touched."""
@@ -1768,9 +1983,9 @@ class Trainer:
                      for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
         self.guard.reset()
         self.train_step(bad_step, data)
-        capture["reproduced"] = self.guard.read() == bad_step
+        capture["reproduced"] = self.guard.read()[0] == bad_step
         path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
-        torch.save(capture, path)
+        save_atomically(capture, path)
         return path
 
     def warmup(self):
@@ -1789,20 +2004,27 @@ class Trainer:
         self.restore(initial)
         self.guard.reset()
 
-    def run(self):
+    def run(self, resume: dict | None = None):
+        """Warm up, then train and validate to the end. resume: a checkpoint (from save_checkpoint) to go on from."""
         hp, rt, schedule, log = self.hp, self.rt, self.schedule, self.log
         if hp.warmup:
             self.warmup()
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
+        start, train_ms, stage_ms, stage_start_ms = 0, 0.0, {}, 0.0
+        if resume is not None:
+            self.restore(resume["state"])
+            start, train_ms, stage_start_ms = resume["state"]["step"], resume["train_ms"], resume["stage_start_ms"]
+            stage_ms = dict(resume["stage_ms"])
+            log(f"resumed at step {start} ({train_ms / 1000:.1f} s of training done)")
         self.sync()
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
         profiler = self.make_profiler()
         total = schedule.total_steps
-        good, pending = self.snapshot(0), None  # see guard_check
-        train_ms, t0 = 0.0, time.perf_counter()
-        stage_ms, stage_start_ms = {}, 0.0
-        for step in range(total + 1):
+        good, pending = self.snapshot(start), None  # see guard_check
+        t0 = time.perf_counter()
+        self.stop.in_loop = True
+        for step in range(start, total + 1):
             last = step == total
             if step > 0 and step in schedule.bounds:  # a stage ends: sync only here, to report ms/step per stage
                 self.sync()
@@ -1811,17 +2033,31 @@ class Trainer:
                 stage_ms[ended] = (now_ms - stage_start_ms) / (step - schedule.bounds[ended])
                 stage_start_ms = now_ms
             if last:  # before the final validation, so that its line ends the log
-                log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in stage_ms.items()))
+                log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in sorted(stage_ms.items())))
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
-            if step > 0 and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # in train time: the guard's cost
-                good, pending = self.guard_check(step, validate, good, pending)
-            if validate:
+            stop = self.stop.reason is not None and not rt.distributed  # one process: at once; ranks: agreed below
+            if step > start and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # the guard's cost
+                good, pending, agreed = self.guard_check(step, validate, good, pending)
+                stop = stop or agreed
+            checkpointing = hp.save_checkpoint or hp.checkpoint_every > 0
+            saving = checkpointing and (stop or (last and hp.save_checkpoint) or (
+                hp.checkpoint_every > 0 and step > start and step % hp.checkpoint_every == 0))
+            if validate or saving:  # untimed
                 self.sync()
                 train_ms += 1000 * (time.perf_counter() - t0)
+            if saving:
+                path = self.save_checkpoint(self.state(step), train_ms, stage_ms, stage_start_ms)
+                log(f"checkpoint of step {step}: {path}")
+            if stop:
+                saved = (f"resume with: python3 train_gpt.py --resume {self.checkpoint_path(0)}" if checkpointing
+                         else "not saved (--save_checkpoint or --checkpoint_every saves it)")
+                raise Stopped(f"stopped by {self.stop.reason or 'a signal on another rank'} before step {step}; {saved}")
+            if validate:
                 self.set_rotary(step)
                 val_loss = self.evaluate(self.forward_schedule(step, final=last)).item()
                 log(f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{train_ms:.0f}ms "
                     f"step_avg:{train_ms / max(step, 1):.2f}ms")
+            if validate or saving:
                 self.sync()
                 t0 = time.perf_counter()
             if last:
@@ -1836,32 +2072,46 @@ class Trainer:
             approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
             log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
                 console=(step + 1) % 10 == 0 or step + 1 == total)
-
+        self.stop.in_loop = False
         if rt.device.type == "cuda":
             log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
                 f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
-        if hp.save_checkpoint and rt.is_master:
-            path = os.path.join(hp.log_dir, f"{hp.run_id}_final.pt")
-            torch.save(dict(config=dataclasses.asdict(hp), model=self.model.state_dict(),
-                            optimizer=self.optimizer.state_dict()), path)
-            log(f"saved {path}")
 
-    def guard_check(self, step: int, validate: bool, good: dict, pending: dict | None) -> tuple[dict, dict | None]:
-        """Stop with a capture if the guard saw a non-finite value; else advance the snapshots. `good`: the state at
-        the last check known finite; `pending`: the one taken at the latest check, known finite once the next
-        check reads the flag published with it. Validations wait for the GPU anyway, so they read the flag now."""
+    def checkpoint_path(self, rank: int) -> str:
+        return os.path.join(self.hp.log_dir, f"{self.hp.run_id}_checkpoint_rank{rank}.pt")
+
+    def save_checkpoint(self, state: dict, train_ms: float, stage_ms: dict, stage_start_ms: float) -> str:
+        """This rank's part of the run (each rank holds its own optimizer shards), written atomically: a crash
+        while saving leaves the previous checkpoint whole."""
+        path = self.checkpoint_path(self.rt.rank)
+        save_atomically(dict(state=copy_tree(state, device="cpu"), train_ms=train_ms, stage_ms=stage_ms,
+                             stage_start_ms=stage_start_ms, config=dataclasses.asdict(self.hp),
+                             world_size=self.rt.world_size, rank=self.rt.rank), path)
+        return path
+
+    def guard_check(self, step: int, validate: bool, good: dict,
+                    pending: dict | None) -> tuple[dict, dict | None, bool]:
+        """Stop with a capture if the guard saw a non-finite value; else advance the snapshots and say whether the
+        ranks agreed to stop. `good`: the state at the last check known finite; `pending`: the one taken at the
+        latest check, known finite once the next check reads the flags published with it. Validations wait for the
+        GPU anyway, so they read the flags now."""
         with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces
-            bad = self.guard.read() if validate else self.guard.published()
+            if self.stop.reason is not None:
+                self.guard.request_stop()
+            bad, stop = self.guard.read() if validate else self.guard.published()
             if bad is not None:
+                if self.hp.save_checkpoint or self.hp.checkpoint_every > 0:
+                    path = self.save_checkpoint(good, float("nan"), {}, float("nan"))
+                    self.log(f"checkpoint of step {good['step']}, the last known finite: {path}")
                 path = self.capture_failure(good, bad, step)
                 raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
                                      f"capture of the state before it and its batch: {path} (one per rank). "
                                      f"Replay: python3 train_gpt.py --replay {path}")
             if validate:  # everything so far is known finite
-                return self.snapshot(step, into=pending or good), None
+                return self.snapshot(step, into=pending or good), None, stop
             good, pending = (pending or good), self.snapshot(step, into=good if pending else None)
             self.guard.publish()
-            return good, pending
+            return good, pending, stop
 
     def make_profiler(self):
         """--profile_steps a:b: a Chrome trace of steps a..b-1 on rank 0, for finding exposed communication."""
@@ -1888,30 +2138,78 @@ class Trainer:
 # -----------------------------------------------------------------------------
 # main
 
+# Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
+RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "compile", "cuda_graphs", "warmup", "save_checkpoint",
+                     "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "resume", "overwrite"}
+
+
+def load_checkpoint(hp: Hyperparameters, rank: int) -> tuple[Hyperparameters, dict]:
+    """This rank's checkpoint of the run that --resume names (its rank-0 file), and the run's settings: the saved
+    ones, with only RESUME_MAY_CHANGE taken from the command line."""
+    path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", hp.resume)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, pickle.UnpicklingError, RuntimeError) as e:
+        raise SystemExit(f"error: --resume: cannot read {path} as a checkpoint of train_gpt.py "
+                         f"({str(e).splitlines()[0]})") from None
+    saved = Hyperparameters(**checkpoint["config"])
+    defaults = Hyperparameters()
+    for field in dataclasses.fields(Hyperparameters):
+        given, was = getattr(hp, field.name), getattr(saved, field.name)
+        if field.name in RESUME_MAY_CHANGE:
+            setattr(saved, field.name, given if given != getattr(defaults, field.name) else was)
+        elif given != getattr(defaults, field.name) and given != was:
+            raise SystemExit(f"error: --{field.name} {given!r} differs from the resumed run's {was!r}; a resumed run "
+                             f"keeps its settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE))})")
+    saved.resume = hp.resume
+    return saved, checkpoint
+
+
 def main(argv: list[str] | None = None) -> int:
     hp = parse_args(sys.argv[1:] if argv is None else argv)
     if hp.replay:
         return replay(hp)
+    stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+    log_of = lambda run_id: Path(hp.log_dir) / f"{run_id}.txt"  # noqa: E731
+    if hp.run_id and not hp.resume and not hp.overwrite and log_of(hp.run_id).exists():
+        raise SystemExit(f"error: --run_id {hp.run_id!r} is taken: {log_of(hp.run_id)} exists; choose another "
+                         "--run_id, or pass --overwrite True to replace that run's files")
     rt = setup_runtime(hp)
     try:
+        resume = None
+        if hp.resume:
+            hp, resume = load_checkpoint(hp, rt.rank)
+            if resume["world_size"] != rt.world_size:
+                raise SystemExit(f"error: the checkpoint is of a run on {resume['world_size']} process(es); resume it "
+                                 f"on as many (this is {rt.world_size})")
         if not hp.run_id:
             box = [str(uuid.uuid4())]
             if rt.distributed:
                 dist.broadcast_object_list(box, 0)
             hp.run_id = box[0]
-        log = Logger(hp, rt.is_master)
-        log(f"log: {log.path}")
+        log = Logger(hp, rt.is_master, fresh=resume is None)
+        log(f"log: {log.path}" + (f" (resuming {hp.resume})" if resume else ""))
         log.record_environment(hp)
-        trainer = Trainer(hp, rt, log)
-        cfg = trainer.model.cfg
-        log(f"attention: {rt.attention.description}")
-        for note in rt.attention.skipped:
-            log(f"attention: skipped {note}")
-        if rt.device.type != "cuda":
-            log("device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
-        else:
-            log(f"FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
-        trainer.run()
+        try:
+            schedule = Schedule(hp)
+            train_index, report = check_data(hp, schedule, rt.world_size)  # before the model is built
+            log(report)
+            trainer = Trainer(hp, rt, log, train_index, stop)
+            cfg = trainer.model.cfg
+            log(f"attention: {rt.attention.description}")
+            for note in rt.attention.skipped:
+                log(f"attention: skipped {note}")
+            if rt.device.type != "cuda":
+                log("device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
+            else:
+                log(f"FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
+            trainer.run(resume)
+        except BaseException as e:  # the reason a run ended early goes into its log too
+            log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}")
+            raise
         if rt.distributed:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
             dist.barrier()
     finally:
@@ -1923,5 +2221,7 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (DataError, ShardError, NonFiniteError) as e:  # the message says what to do; a traceback would not
-        sys.exit(f"error: {e}")
+    except (DataError, ShardError, NonFiniteError, Stopped) as e:  # the message says what to do; a traceback would not
+        sys.exit(f"error: {e}" if not isinstance(e, Stopped) else str(e))
+    except KeyboardInterrupt as e:
+        sys.exit(f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved")

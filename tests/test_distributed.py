@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from tests.test_train import TINY, cpu_runtime, doc_stream, random_gradients, tiny_model
+from tests.test_train import TINY, cpu_runtime, doc_stream, random_gradients, shard_index, tiny_model
 
 BF16, FP32 = 2, 4  # bytes per element
 
@@ -206,7 +206,7 @@ def test_every_world_size_trains_on_the_reference_8_gpu_batches(tmp_path, world)
     steps = [(64, 24)] * 5 + [(96, 40)] * 4  # (micro-batch tokens, document cut), a stage change included
     expected = reference_steps(shards, 255, steps)
     assert len({id(s) for s in expected}) == len(steps)
-    loaders = [tg.TrainLoader(hp.train_files, hp, rank, world, torch.device("cpu"), 1280,
+    loaders = [tg.TrainLoader(shard_index(hp), hp, rank, world, torch.device("cpu"), 1280,
                               tg.CuSeqlensCapacity(log=lambda m: None)) for rank in range(world)]
     boundaries = 0
     for n, (T, max_len) in enumerate(steps):
@@ -226,7 +226,7 @@ def test_bigram_rows_of_every_rank_are_tracked(tmp_path):
     rng = np.random.default_rng(3)
     tg.write_shard(tmp_path / "b_train_000000.bin", doc_stream(rng, 300, max_len=40))
     hp = tg.Hyperparameters(**TINY, bos_id=255, train_files=str(tmp_path / "b_train_*.bin"))
-    data = [tg.TrainLoader(hp.train_files, hp, rank, 8, torch.device("cpu"), 1280, tg.CuSeqlensCapacity(log=print),
+    data = [tg.TrainLoader(shard_index(hp), hp, rank, 8, torch.device("cpu"), 1280, tg.CuSeqlensCapacity(log=print),
                            track_bigram_rows=True).next_step(64, 24) for rank in range(8)]
     for rank in range(8):
         assert all(np.array_equal(a, b) for a, b in zip(data[rank].bigram_rows, data[0].bigram_rows))
@@ -261,11 +261,13 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     guard.observe(0, [torch.tensor(1.0)], norms)
     model.gradients()["bigram_embed"][3, 5] = float("nan")  # an Adam gradient: read at the next odd step
     guard.observe(1, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=False, grad_norms=True))
-    assert guard.read() is None
+    assert guard.read() == (None, False)
     guard.observe(2, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=True, grad_norms=True))
-    assert guard.read() == 2 and guard.published() is None  # published only by publish()
+    assert guard.read() == (2, False) and guard.published() == (None, False)  # published only by publish()
     guard.publish()
-    assert guard.published() == 2
+    assert guard.published() == (2, False)
+    guard.request_stop()
+    assert guard.read() == (2, True) and guard.published() == (2, False)
 
 
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated, with the sparse exchange's touched rows

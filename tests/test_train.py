@@ -7,8 +7,10 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,11 @@ TINY_FLAGS = ["--device", "cpu", "--compile", "False", "--vocab_size", "256", "-
 def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:
     """One CPU process; world_size > 1 emulates that rank of a larger run (no collectives)."""
     return tg.Runtime(rank, world_size, torch.device("cpu"), 8 // world_size, tg.Attention("sdpa", "sdpa", "masked SDPA"))
+
+
+def shard_index(hp: tg.Hyperparameters) -> dict:
+    """The train shards with their BOS positions, as check_data hands them to the loader."""
+    return {f: tg.scan_shard(f, hp.bos_id, hp.vocab_size) for f in tg.find_shards(hp.train_files, "train")}
 
 
 def tiny_model(**overrides) -> tg.GPT:
@@ -57,8 +64,9 @@ def batch_for(model: tg.GPT, T: int, seed: int = 0):
 # --- configuration ---------------------------------------------------------------------------
 
 def test_parse_args_forms_and_types():
-    hp = tg.parse_args(["--val_tokens", "1024", "--cooldown_frac=0.5", "--compile", "False",
-                        "--stage_seq_lens", "[32, 64, 64]", "--train_files", "x_*.bin", "--adam_lr", "1"])
+    hp = tg.parse_args(["--val_tokens", "1024", "--val_micro_batch_tokens", "256", "--cooldown_frac=0.5",
+                        "--compile", "False", "--stage_seq_lens", "[32, 64, 64]", "--train_files", "x_*.bin",
+                        "--adam_lr", "1"])
     assert (hp.val_tokens, hp.cooldown_frac, hp.compile, hp.stage_seq_lens) == (1024, 0.5, False, (32, 64, 64))
     assert hp.train_files == "x_*.bin" and hp.adam_lr == 1.0 and isinstance(hp.adam_lr, float)
 
@@ -69,10 +77,36 @@ def test_parse_args_forms_and_types():
     (["--val_tokens", "1.5"], "expects a int"),
     (["--seed"], "needs a value"),
     (["val_tokens", "3"], "unexpected argument"),
+    # one validation pass over the whole configuration: one line naming the flag and a valid value
+    (["--head_dim", "30", "--model_dim", "60"], "--num_heads 6 x --head_dim 30 must equal --model_dim 60"),
+    (["--num_heads", "3", "--head_dim", "256"], "--num_heads 3 must be even"),
+    (["--val_micro_batch_tokens", "0"], "must be a positive multiple of --val_micro_batch_tokens 0"),
+    (["--micro_batch_tokens", "(0, 128, 192)"], "--micro_batch_tokens (0, 128, 192) needs 3 positive integers"),
+    (["--run_id", "sub/dir"], "--run_id 'sub/dir' must be a plain file name"),
+    (["--adam_lr", "1e30"], "--adam_lr 1e+30 must be in (0, 1]"),
+    (["--bos_id", "50300"], "--bos_id 50300 must be a token id below --vocab_size 50257"),
+    (["--micro_batch_tokens", "(1000, 2000, 3000)", "--stage_seq_lens", "(500, 1000, 1000)"], "multiples of 16"),
+    (["--stage_windows", "((1, 3), (3, 2), (5, 11), (6, 13))"], "short <= long"),
+    (["--final_long_window", "4"], "may only grow"),
+    (["--profile_steps", "5:3"], "--profile_steps '5:3' must look like 100:103"),
+    (["--resume", "/no/such/checkpoint.pt"], "--resume '/no/such/checkpoint.pt': no such file"),
 ])
 def test_parse_args_errors(argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
         tg.parse_args(argv)
+
+
+def test_help_lists_every_setting_and_check_validates_without_heavy_imports():
+    """--help names every setting with its default and meaning (from the Hyperparameters comments); --check and
+    setting errors answer before torch is imported."""
+    out = subprocess.run([sys.executable, "train_gpt.py", "--help"], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0
+    for field in dataclasses.fields(tg.Hyperparameters):
+        assert re.search(rf"^  --{field.name} \S.*  \S", out.stdout, re.M), f"--{field.name} lacks a default or meaning"
+    probe = "import sys, runpy; sys.argv = ['train_gpt.py', *sys.argv[1:]]\ntry:\n    runpy.run_path('train_gpt.py', run_name='__main__')\nfinally:\n    print('torch imported:', 'torch' in sys.modules)"
+    for argv, code, text in ((["--check"], 0, "settings OK"), (["--num_heads", "5"], 1, "error: --num_heads")):
+        out = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True)
+        assert out.returncode == code and text in out.stdout + out.stderr and "torch imported: False" in out.stdout, out
 
 
 def test_schedule_matches_record():
@@ -341,7 +375,7 @@ def test_train_loader_ranks_partition_the_batches(tmp_path):
     cpu = torch.device("cpu")
 
     def steps(rank, world, n=12):
-        loader = tg.TrainLoader(hp.train_files, hp, rank, world, cpu, 1280, tg.CuSeqlensCapacity(log=lambda m: None))
+        loader = tg.TrainLoader(shard_index(hp), hp, rank, world, cpu, 1280, tg.CuSeqlensCapacity(log=lambda m: None))
         return [loader.next_step(96, 24).micro_batches for _ in range(n)]
     single = steps(0, 1)
     split = [steps(r, 2) for r in range(2)]
@@ -381,22 +415,56 @@ def test_bigram_hash_in_range():
 
 # --- errors ----------------------------------------------------------------------------------
 
-def test_val_data_errors(tmp_path):
-    write_docs(tmp_path, "v_val_000000.bin", doc_stream(np.random.default_rng(0), 20))
-    hp = tg.Hyperparameters(**TINY, bos_id=255, val_files=str(tmp_path / "v_val_*.bin"),
-                            val_micro_batch_tokens=256, val_tokens=1024 * 1024)
-    with pytest.raises(tg.DataError, match="lower --val_tokens"):
-        tg.ValData(hp.val_files, hp, 0, 1, torch.device("cpu"), 1280)
-    with pytest.raises(tg.DataError, match="multiple of val_micro_batch_tokens"):
-        tg.ValData(hp.val_files, dataclasses.replace(hp, val_tokens=300), 0, 1, torch.device("cpu"), 1280)
-    with pytest.raises(tg.DataError, match="no val shards match"):
-        tg.ValData(str(tmp_path / "nothing_*.bin"), hp, 0, 1, torch.device("cpu"), 1280)
+def data_settings(tmp_path, **overrides) -> tg.Hyperparameters:
+    """Tiny settings over two train shards and a val shard of synthetic documents written into tmp_path."""
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        write_docs(tmp_path, f"d_train_{i:06d}.bin", doc_stream(rng, 400))
+    write_docs(tmp_path, "d_val_000000.bin", doc_stream(rng, 200))
+    settings = dict(TINY, bos_id=255, train_files=str(tmp_path / "d_train_*.bin"), val_files=str(tmp_path / "d_val_*.bin"),
+                    micro_batch_tokens=(64, 128, 192), stage_seq_lens=(32, 64, 64), val_micro_batch_tokens=256,
+                    val_tokens=1024, num_scheduled_steps=6, num_extension_steps=2)
+    return tg.Hyperparameters(**(settings | overrides))
 
 
-def test_token_ids_beyond_vocab_are_rejected(tmp_path):
-    path = write_docs(tmp_path, "big.bin", np.array([255, 3, 4000], dtype=np.uint16))
-    with pytest.raises(tg.ShardError, match="vocab_size"):
-        tg.IndexedShard(path, 255, 256)
+def test_check_data_reports_what_the_schedule_takes(tmp_path):
+    hp = data_settings(tmp_path)
+    index, report = tg.check_data(hp, tg.Schedule(hp), world_size=1)
+    assert list(index) == tg.find_shards(hp.train_files, "train") and all(b.size > 0 for b in index.values())
+    assert "data: 2 train shard(s)" in report and "the schedule's 8 steps take 9,280 of them"  # 8 x (T + 1) per step in report
+
+
+@pytest.mark.parametrize("problem, message", [
+    ("bad_token_in_second_shard", "d_train_000001.bin: token id 300 >= vocab_size 256"),
+    ("no_bos", "no document separator (token 255)"),
+    ("directory", "which is not a file"),
+    ("schedule_too_long", "cover "),
+    ("val_too_short", "lower --val_tokens"),
+    ("val_world_multiple", "multiple of --val_micro_batch_tokens x world size = 256 x 8"),
+    ("no_val", "no val shards match"),
+])
+def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message):
+    hp = data_settings(tmp_path)
+    world = 1
+    if problem == "bad_token_in_second_shard":
+        tokens = doc_stream(np.random.default_rng(5), 400)
+        tokens[-1] = 300
+        write_docs(tmp_path, "d_train_000001.bin", tokens)
+        hp = dataclasses.replace(hp, vocab_size=256)
+    elif problem == "no_bos":
+        write_docs(tmp_path, "d_train_000001.bin", np.full(500, 7, dtype=np.uint16))
+    elif problem == "directory":
+        (tmp_path / "d_train_000002.bin").mkdir()
+    elif problem == "schedule_too_long":
+        hp = dataclasses.replace(hp, num_scheduled_steps=400)
+    elif problem == "val_too_short":
+        hp = dataclasses.replace(hp, val_tokens=256 * 1000)
+    elif problem == "val_world_multiple":
+        world = 8
+    else:
+        hp = dataclasses.replace(hp, val_files=str(tmp_path / "nothing_*.bin"))
+    with pytest.raises((tg.DataError, tg.ShardError), match=re.escape(message)):
+        tg.check_data(hp, tg.Schedule(hp), world)
 
 
 def run_script(args, env_extra=None, nproc=None, timeout=600):
@@ -445,7 +513,7 @@ def test_no_host_sync_inside_training_steps(monkeypatch, tmp_path, synthetic_dat
         trainer.train_step(step, trainer.next_batches(step))
     assert reads == []
     monkeypatch.undo()
-    assert trainer.guard.read() is None  # a read where the loop waits anyway
+    assert trainer.guard.read() == (None, False)  # a read where the loop waits anyway
 
 
 def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
@@ -478,6 +546,60 @@ def test_replay_refuses_a_crafted_pickle(tmp_path):
     r = run_script(["--replay", str(crafted), "--device", "cpu"])
     assert r.returncode != 0 and "is not a capture written by train_gpt.py" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not marker.exists()
+
+
+def test_interrupted_and_resumed_run_ends_bit_identical(tmp_path, synthetic_data):
+    """SIGINT mid-run: the run stops at a step boundary, logs why, and saves a checkpoint atomically; --resume
+    continues from it (same step, data position, schedule and state) and ends with exactly the weights and
+    optimizer state of an uninterrupted run."""
+    common = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                           "--num_scheduled_steps", "12", "--num_extension_steps", "2", "--val_every", "6",
+                           "--guard_every", "4", "--warmup", "False", "--log_dir", str(tmp_path), "--save_checkpoint", "True"]
+    whole = run_script(common + ["--run_id", "whole"])
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.Popen([sys.executable, "train_gpt.py", *common, "--run_id", "cut"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # interrupt once training is under way
+        if line.startswith("startup:"):
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=600)
+    checkpoint = tmp_path / "cut_checkpoint_rank0.pt"
+    assert proc.returncode != 0 and "stopped by SIGINT before step" in err and checkpoint.exists(), err[-2000:]
+    assert f"resume with: python3 train_gpt.py --resume {checkpoint}" in err
+    stopped_at = int(re.search(r"before step (\d+)", err)[1])
+    assert 0 < stopped_at < 14, "interrupt earlier: the test needs a run stopped mid-way"
+    log = (tmp_path / "cut.txt").read_text()
+    assert "stopped: stopped by SIGINT" in log and not list(tmp_path.glob("*.tmp"))
+    resumed = run_script(["--resume", str(checkpoint), "--device", "cpu"])
+    assert resumed.returncode == 0 and f"resumed at step {stopped_at}" in resumed.stdout, resumed.stderr[-2000:]
+    a = torch.load(tmp_path / "whole_checkpoint_rank0.pt", weights_only=True)["state"]
+    b = torch.load(checkpoint, weights_only=True)["state"]  # overwritten by the resumed run's final checkpoint
+    assert a["step"] == b["step"] == 14
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    for name, state in a["optimizer"]["state"].items():
+        for key, value in state.items():
+            assert torch.equal(value, b["optimizer"]["state"][name][key]) if isinstance(value, torch.Tensor) \
+                else value == b["optimizer"]["state"][name][key], (name, key)
+    assert val_losses(whole.stdout)[-1] == val_losses(resumed.stdout)[-1]
+
+
+def test_resume_refuses_changed_settings_and_a_reused_run_id_is_refused(tmp_path, synthetic_data):
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "3", "--num_extension_steps", "0", "--warmup", "False",
+                          "--log_dir", str(tmp_path), "--run_id", "taken", "--save_checkpoint", "True"]
+    assert run_script(flags).returncode == 0
+    log_before = (tmp_path / "taken.txt").read_text()
+    again = run_script(flags)
+    assert again.returncode != 0 and "--run_id 'taken' is taken" in again.stderr and "Traceback" not in again.stderr
+    assert (tmp_path / "taken.txt").read_text() == log_before, "another run's log must stay as it was"
+    changed = run_script(["--resume", str(tmp_path / "taken_checkpoint_rank0.pt"), "--adam_lr", "0.01"])
+    assert changed.returncode != 0 and "--adam_lr 0.01 differs from the resumed run's 0.008" in changed.stderr
+    replaced = run_script(flags + ["--overwrite", "True"])
+    assert replaced.returncode == 0 and (tmp_path / "taken.txt").read_text().count("step:0/3") <= 1
 
 
 # --- end to end ------------------------------------------------------------------------------
@@ -521,8 +643,8 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     assert one.returncode == 0 and many.returncode == 0, (one.stderr[-2000:], many.stderr[-2000:])
     (l1,), (l2,) = val_losses(one.stdout), val_losses(many.stdout)
     assert abs(l1 - l2) < 2e-3, (l1, l2)
-    s1 = torch.load(tmp_path / "one_final.pt")["model"]
-    s2 = torch.load(tmp_path / "many_final.pt")["model"]
+    s1 = torch.load(tmp_path / "one_checkpoint_rank0.pt", weights_only=True)["state"]["model"]
+    s2 = torch.load(tmp_path / "many_checkpoint_rank0.pt", weights_only=True)["state"]["model"]
     for name in s1:
         a, b = s1[name].float(), s2[name].float()
         tol = 0.06 if tg.PARAM_RULES[name].optim == "normuon" else 0.25

@@ -1,46 +1,78 @@
 #!/usr/bin/env bash
-# Train on every visible GPU (FineWeb, downloaded on first use), or without a GPU a tiny CPU demo
-# on synthetic data. Arguments go to train_gpt.py and override the defaults (later flags win):
+# Train on every visible GPU (FineWeb, downloaded on first use), or without a GPU a tiny CPU model:
+# on synthetic data, or on your own shards when --train_files/--val_files are given.
+# Arguments go to train_gpt.py and override the defaults (later flags win):
 #   ./run.sh                      # record run / CPU demo
 #   ./run.sh --val_every 100      # same, with a changed setting
+#   ./run.sh --help               # every setting
+# Steps: tools/install.sh (installs what is missing), `train_gpt.py ... --check` (the settings, in
+# seconds; stops here with its one-line error), the data (FineWeb download / synthetic shards; none
+# with --train_files), then torchrun.
+# RUN_SH_DRY_RUN=1: all steps but the last; the torchrun command is printed, not run.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 # A tiny model and schedule for machines without a GPU: a smoke test of the whole code path.
 CPU_FLAGS=(
     --device cpu --compile False
-    --train_files 'data/synthetic/synthetic_train_*.bin' --val_files 'data/synthetic/synthetic_val_*.bin'
-    --vocab_size 256 --bos_id 255
     --model_dim 64 --num_heads 2 --head_dim 32
-    --micro_batch_tokens '(128, 256, 384)' --val_micro_batch_tokens 1024
+    --micro_batch_tokens '(128, 256, 384)' --val_micro_batch_tokens 256
     --stage_seq_lens '(64, 128, 128)' --window_block 16
     --num_scheduled_steps 60 --num_extension_steps 4
     --val_every 20 --val_tokens 8192
 )
+# ... and its data when none is given: the synthetic shards, with their 256-token vocabulary.
+SYNTHETIC_FLAGS=(
+    --train_files 'data/synthetic/synthetic_train_*.bin' --val_files 'data/synthetic/synthetic_val_*.bin'
+    --vocab_size 256 --bos_id 255
+)
 
 # Print the command (arguments with spaces or wildcards in single quotes, so it can be pasted),
-# then replace this shell with it.
+# then replace this shell with it (with RUN_SH_DRY_RUN=1: only print it).
 launch() {
     local shown=() arg
     for arg in "$@"; do [[ $arg =~ ^[A-Za-z0-9_./=:,+-]+$ ]] && shown+=("$arg") || shown+=("'$arg'"); done
     echo "run.sh: ${shown[*]}"
+    if [[ ${RUN_SH_DRY_RUN:-0} != 0 ]]; then echo "run.sh: dry run (RUN_SH_DRY_RUN=1): not started"; exit 0; fi
     exec "$@"
 }
 
+tools/install.sh
+
+for arg in "$@"; do
+    if [[ $arg == -h || $arg == --help ]]; then exec python3 train_gpt.py --help; fi
+done
+OWN_DATA=0  # train/val files given: no FineWeb download, no synthetic shards
+for arg in "$@"; do
+    case $arg in --train_files|--train_files=*|--val_files|--val_files=*) OWN_DATA=1 ;; esac
+done
+
 # torch counts the GPUs it can use (honours CUDA_VISIBLE_DEVICES; 0 with a CPU-only build).
-if ! NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())'); then
-    echo "run.sh: cannot import torch; install the requirements first: python3 -m pip install -r requirements.txt" >&2
-    exit 1
+NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+if (( NGPU > 0 )); then
+    ALL_ARGS=("$@")
+elif (( OWN_DATA )); then
+    ALL_ARGS=("${CPU_FLAGS[@]}" "$@")
+else
+    ALL_ARGS=("${CPU_FLAGS[@]}" "${SYNTHETIC_FLAGS[@]}" "$@")
 fi
 
+# The settings, before any download or torchrun: a mistake costs seconds and one line.
+python3 train_gpt.py "${ALL_ARGS[@]}" --check || exit $?
+
 if (( NGPU > 0 )); then
-    if [[ " $* " != *" --train_files"* ]]; then  # with data of one's own, FineWeb is not needed
+    if (( ! OWN_DATA )); then
         echo "run.sh: $NGPU GPU(s); checking the FineWeb shards in data/fineweb10B/ (downloads any missing)"
         python3 data/download.py
+    else
+        echo "run.sh: $NGPU GPU(s) on your shards"
     fi
-    launch torchrun --standalone --nproc_per_node="$NGPU" train_gpt.py "$@"
+    launch torchrun --standalone --nproc_per_node="$NGPU" train_gpt.py "${ALL_ARGS[@]}"
+elif (( OWN_DATA )); then
+    echo "run.sh: no GPU; tiny CPU model on your shards (GPT-2 vocabulary unless --vocab_size/--bos_id are given)"
+    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
 else
     echo "run.sh: no GPU; tiny CPU demo on synthetic data in data/synthetic/"
     python3 data/synthetic.py
-    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${CPU_FLAGS[@]}" "$@"
+    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
 fi

@@ -1606,6 +1606,17 @@ class Schedule:
 # -----------------------------------------------------------------------------
 # Logging: the log file holds this script, the kernels, versions, nvidia-smi and the resolved config
 
+# Dense bf16 tensor-core peaks from the datasheets (SXM parts), for MFU: nominal, not measured
+NOMINAL_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def nominal_peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tflops for gpu, tflops in NOMINAL_BF16_TFLOPS.items() if gpu in name), None)
+
+
 class Logger:
     def __init__(self, hp: Hyperparameters, is_master: bool, fresh: bool = True):
         """fresh: start the log anew (a resumed run appends to its log instead)."""
@@ -1857,8 +1868,8 @@ class Trainer:
         self.mtp_table = torch.tensor([self.schedule.at(s).mtp_weights for s in range(self.schedule.total_steps + 1)],
                                       device=rt.device)  # (steps + 1, K)
         self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
-        graphs = hp.cuda_graphs and rt.device.type == "cuda"
-        self.micro_step = MicroStepGraphs(self.forward_backward) if graphs else self.forward_backward
+        self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
+        self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.stop = stop or StopRequest()
@@ -1995,19 +2006,22 @@ class Trainer:
         schedule = self.schedule
         steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
                                  if 0 <= s + d < schedule.total_steps})
-        self.log(f"warm-up (untimed): compiling on steps {steps}")
+        work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
+        self.log(f"warm-up (untimed): {work} on steps {steps}, then back to step 0")
         initial = self.snapshot(0)
-        for step in steps:
+        for i, step in enumerate(steps, 1):
+            settings = self.schedule.at(step)
             self.train_step(step, self.next_batches(step))
             self.sync()
-            self.log(f"warm-up step {step} done at {time.time() - PROCESS_START:.1f}s")
+            self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, {settings.micro_batch_tokens} "
+                     f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
 
     def run(self, resume: dict | None = None):
         """Warm up, then train and validate to the end. resume: a checkpoint (from save_checkpoint) to go on from."""
         hp, rt, schedule, log = self.hp, self.rt, self.schedule, self.log
-        if hp.warmup:
+        if hp.warmup and (hp.compile or self.graphs):  # eager steps on the CPU have nothing to prepare
             self.warmup()
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
@@ -2022,7 +2036,7 @@ class Trainer:
         profiler = self.make_profiler()
         total = schedule.total_steps
         good, pending = self.snapshot(start), None  # see guard_check
-        t0 = time.perf_counter()
+        val_loss, t0 = float("nan"), time.perf_counter()
         self.stop.in_loop = True
         for step in range(start, total + 1):
             last = step == total
@@ -2070,12 +2084,31 @@ class Trainer:
             if profiler is not None:
                 profiler.step()
             approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
-            log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms",
-                console=(step + 1) % 10 == 0 or step + 1 == total)
+            log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms")
         self.stop.in_loop = False
         if rt.device.type == "cuda":
             log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
                 f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
+        self.summarize(val_loss, train_ms, stage_ms)
+
+    def summarize(self, val_loss: float, train_ms: float, stage_ms: dict):
+        """The end of the log, for people: loss against chance (and the data's floor, when a loss_floor.txt beside
+        the validation shards states it), time, throughput and MFU by stage, where the log is."""
+        hp, log = self.hp, self.log
+        floor_file = Path(hp.val_files).parent / "loss_floor.txt"
+        floor = f"; the data's entropy floor {floor_file.read_text().strip()}" if floor_file.is_file() else ""
+        log(f"summary: val loss {val_loss:.4f} (chance: log(vocab) = {math.log(hp.vocab_size):.3f}{floor}); "
+            f"train time {train_ms / 1000:.1f} s over {self.schedule.total_steps} steps; log: {log.path}")
+        cfg = self.model.cfg
+        matmul_params = (4 * len(cfg.attn_layers) * cfg.model_dim ** 2 + 8 * cfg.num_layers * cfg.model_dim ** 2
+                         + cfg.model_dim * cfg.vocab_size)  # attention, MLP and head weights a token passes through
+        peak = nominal_peak_tflops(self.rt.device)
+        for i, ms in sorted(stage_ms.items()):
+            micro_tokens = self.schedule.at(self.schedule.bounds[i]).micro_batch_tokens
+            tokens_per_s = 8 * micro_tokens / (ms / 1000)  # the whole batch of 8 micro-batches, all ranks
+            mfu = (f"; MFU {100 * 6 * matmul_params * tokens_per_s / (peak * 1e12 * self.rt.world_size):.1f}% of the "
+                   f"nominal {peak:.0f} TFLOP/s bf16 peak per GPU" if peak else "")
+            log(f"stage {i + 1}: {ms:.1f} ms/step, {tokens_per_s:,.0f} tokens/s{mfu}")
 
     def checkpoint_path(self, rank: int) -> str:
         return os.path.join(self.hp.log_dir, f"{self.hp.run_id}_checkpoint_rank{rank}.pt")

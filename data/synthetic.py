@@ -104,6 +104,9 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
     per_shard = [train_tokens // train_shards + (i < train_tokens % train_shards) for i in range(train_shards)]
     jobs = list(zip(train_paths, per_shard, train_seeds)) + [(val_path, val_tokens, val_seed)]
     out.mkdir(parents=True, exist_ok=True)
+    # train_gpt.py quotes this file in its end-of-run summary (a loss_floor.txt beside the validation shards)
+    (out / "loss_floor.txt").write_text(f"{entropy_rate(successors, probs):.3f} nats/token (the Markov source's "
+                                        "entropy rate)\n")
     for path, num_tokens, file_seed in jobs:
         if not force and _holds(path, num_tokens):
             if verbose:

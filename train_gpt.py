@@ -19,6 +19,7 @@ import math
 import os
 import pickle
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -2037,7 +2038,8 @@ class Trainer:
         total = schedule.total_steps
         good, pending = self.snapshot(start), None  # see guard_check
         val_loss, t0 = float("nan"), time.perf_counter()
-        self.stop.in_loop = True
+        # ranks agree on a stop through the guard's checks: without them, a signal stops at once (nothing saved)
+        self.stop.in_loop = not (rt.distributed and hp.guard_every == 0)
         for step in range(start, total + 1):
             last = step == total
             if step > 0 and step in schedule.bounds:  # a stage ends: sync only here, to report ms/step per stage
@@ -2089,6 +2091,8 @@ class Trainer:
         if rt.device.type == "cuda":
             log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
                 f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
+        else:  # Linux reports the peak resident size in KiB
+            log(f"peak memory (resident): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 2**10} MiB")
         self.summarize(val_loss, train_ms, stage_ms)
 
     def summarize(self, val_loss: float, train_ms: float, stage_ms: dict):

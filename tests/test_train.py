@@ -524,6 +524,7 @@ def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
     capture = tmp_path / "fault_capture_rank0.pt"
     assert r.returncode != 0 and "non-finite loss or gradient at step 5 (noticed at step 12)" in r.stderr, r.stderr[-2000:]
     assert f"--replay {capture}" in r.stderr and capture.exists()
+    assert "stopped: non-finite loss or gradient at step 5" in (tmp_path / "fault.txt").read_text()
     saved = torch.load(capture, weights_only=True)
     assert saved["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
     for name, w in saved["model"].items():

@@ -9,7 +9,6 @@ https://github.com/KellerJordan/modded-nanogpt, 88.8 s to 3.28 FineWeb val loss 
 Every knob lives in `Hyperparameters` and can be set as `--name value` or `--name=value`.
 The script is importable: nothing runs until main(), so tests and data/ tools reuse its pieces.
 """
-import copy
 import dataclasses
 import glob
 import importlib.metadata

@@ -6,8 +6,6 @@ ledger, against the reference's bytes), the sparse bigram exchange, and the data
 Collectives are recorded by stand-ins for torch.distributed in one process (rank 0 of 8); the gloo runs of
 tests/test_train.py check the real exchange end to end.
 """
-import math
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -1617,6 +1617,16 @@ def nominal_peak_tflops(device: torch.device) -> float | None:
     return next((tflops for gpu, tflops in NOMINAL_BF16_TFLOPS.items() if gpu in name), None)
 
 
+def compile_time_breakdown() -> str:
+    """Where torch.compile's share of the start-up went, from its own counters (seconds summed over all graphs)."""
+    names, values = torch._dynamo.utils.compile_times(repr="csv")
+    seconds = {name: sum(map(float, str(v).split(","))) for name, v in zip(names, values)}
+    get = lambda key: seconds.get(key, 0.0)  # noqa: E731
+    return (f"{get('_compile.compile_inner'):.1f}s in compiled frames (forward graphs incl. their Inductor work), "
+            f"Inductor {get('compile_fx_inner'):.1f}s over forward and backward graphs, of which "
+            f"{get('async_compile.wait') + get('PyCodeCache.load_by_key_path'):.1f}s building and loading kernels")
+
+
 class Logger:
     def __init__(self, hp: Hyperparameters, is_master: bool, fresh: bool = True):
         """fresh: start the log anew (a resumed run appends to its log instead)."""
@@ -2017,6 +2027,8 @@ class Trainer:
                      f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
+        if self.hp.compile:
+            self.log(f"compile: {compile_time_breakdown()}")
 
     def run(self, resume: dict | None = None):
         """Warm up, then train and validate to the end. resume: a checkpoint (from save_checkpoint) to go on from."""

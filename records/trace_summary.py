@@ -1,6 +1,7 @@
 """Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
-(the optimizer step, the guard's check) and by kernel, and how long the GPU sat idle inside the profiled
-window (idle time = the host could not keep up).
+(the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled
+window (idle time = the host could not keep up), and the host's time per step (what 8 GPUs, at one
+micro-batch per step, would have to hide under each step's GPU time).
 
     python3 records/trace_summary.py logs/<run_id>_trace.json STEPS
 """
@@ -51,6 +52,12 @@ def main(path: str, steps: int):
         print("\nby region (first to last kernel of each range; kernels of other streams may run inside):")
         for name, t in regions.most_common():
             print(f"  {per_step(t):8.2f} ms/step  {name}")
+    host = collections.Counter()  # the same ranges as the host ran them (Python, launches, graph replays)
+    for e in events:
+        if e.get("cat") == "user_annotation":
+            host["step" if e["name"].startswith("ProfilerStep") else e["name"]] += e["dur"]
+    if host:
+        print("\nhost time per step: " + ", ".join(f"{name} {per_step(t):.2f} ms" for name, t in host.most_common()))
     print("\ntop kernels:")
     for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]:
         print(f"  {per_step(t):8.2f} ms/step {100 * t / busy:5.1f}%  x{n // steps:<5d} {name[:100]}")

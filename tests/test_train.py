@@ -653,14 +653,17 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
 
 
 def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
-    """records/trace_summary.py: per-step GPU time by family, and idle time between kernels."""
+    """records/trace_summary.py: per-step GPU time by family, idle time between kernels, host time per step."""
     sys.path.insert(0, str(REPO / "records"))
     import trace_summary
     kernels = [("triton_poi_fused_add_0", 0, 100), ("nvjet_sm90_tst_gemm", 150, 200), ("_transpose_kernel", 400, 100)]
     events = [{"cat": "kernel", "name": n, "ts": ts, "dur": dur} for n, ts, dur in kernels] + [{"cat": "cpu_op", "name": "x"}]
+    events += [{"cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 700},
+               {"cat": "user_annotation", "name": "optimizer_step", "ts": 500, "dur": 120}]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace_summary.main(str(path), steps=1)
     out = capsys.readouterr().out
     assert "GPU busy 0.4 ms/step, idle inside the window 0.1 ms/step" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out
+    assert "host time per step: step 0.70 ms, optimizer_step 0.12 ms" in out

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from tests.test_train import TINY, cpu_runtime, doc_stream, random_gradients, shard_index, tiny_model
+from tests.test_train import TINY, batch_for, cpu_runtime, doc_stream, random_gradients, shard_index, tiny_model
 
 BF16, FP32 = 2, 4  # bytes per element
 
@@ -257,7 +257,7 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     random_gradients(model)
     norms = opt.step(1.0, 0.9, do_adam=False, grad_norms=True)
     guard.observe(0, [torch.tensor(1.0)], norms)
-    model.gradients()["bigram_embed"][3, 5] = float("nan")  # an Adam gradient: read at the next odd step
+    model.gradients()["x0_lambdas"][3] = float("nan")  # an Adam gradient: read at the next odd step
     guard.observe(1, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=False, grad_norms=True))
     assert guard.read() == (None, False)
     guard.observe(2, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=True, grad_norms=True))
@@ -266,6 +266,23 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     assert guard.published() == (2, False)
     guard.request_stop()
     assert guard.read() == (2, True) and guard.published() == (2, False)
+
+
+@pytest.mark.parametrize("layer, position", [(0, 0), (5, 7), (10, 33)])
+def test_a_non_finite_backward_reaches_the_checked_gradients_before_the_token_tables(layer, position):
+    """The guard skips the token tables' shards (GUARD_SKIPS): a NaN entering the stream's gradient at any layer
+    and position must reach a gradient it checks, and the tables only after that."""
+    model = tiny_model()
+    opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(), compile=False)
+    mb, sched = batch_for(model, 96)
+
+    def poison(name, t):
+        if name == f"layer{layer}.attn" if layer != model.cfg.mlp_only_layer else name == f"layer{layer}.mlp":
+            t.register_hook(lambda g: g.index_fill(0, torch.tensor([position]), float("nan")))
+    model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, probe=poison).backward()
+    grads = model.gradients()
+    assert any(not grads[name].isfinite().all() for name in tg.GUARD_SKIPS)  # it reached the tables too
+    assert not torch.stack(opt.step(1.0, 0.9, do_adam=True, grad_norms=True)).isfinite().all()
 
 
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated, with the sparse exchange's touched rows

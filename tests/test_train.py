@@ -667,3 +667,13 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     assert "GPU busy 0.4 ms/step, idle inside the window 0.1 ms/step" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out
     assert "host time per step: step 0.70 ms, optimizer_step 0.12 ms" in out
+
+
+def test_compile_time_breakdown_reads_torch_compiles_counters():
+    """The start-up's `compile:` line: torch.compile's own counters, summed over graphs."""
+    f = torch.compile(lambda x: (x * 2).sin().sum(), backend="aot_eager", dynamic=True)
+    f(torch.randn(8))
+    line = tg.compile_time_breakdown()
+    found = re.fullmatch(r"(\d+\.\d)s in compiled frames .*, Inductor (\d+\.\d)s over forward and backward graphs, "
+                         r"of which (\d+\.\d)s building and loading kernels", line)
+    assert found and float(found.group(1)) > 0, line  # counters are per process: other tests' graphs may add up

@@ -9,6 +9,7 @@ https://github.com/KellerJordan/modded-nanogpt, 88.8 s to 3.28 FineWeb val loss 
 Every knob lives in `Hyperparameters` and can be set as `--name value` or `--name=value`.
 The script is importable: nothing runs until main(), so tests and data/ tools reuse its pieces.
 """
+import collections
 import dataclasses
 import glob
 import importlib.metadata
@@ -1463,9 +1464,10 @@ class NorMuonAdam:
             elif work is not None:
                 gathers.append(work)
         norms = []  # before the zeroing below; one fused norm per dtype (a mixed list falls back to a kernel each)
-        checked = [g for name, g in zip(names, shards) if name not in GUARD_SKIPS]
-        for dtype in {g.dtype for g in checked} if grad_norms else ():
-            norms += torch._foreach_norm([g for g in checked if g.dtype == dtype])
+        if grad_norms:
+            checked = [g for name, g in zip(names, shards) if name not in GUARD_SKIPS]
+            for dtype in {g.dtype for g in checked}:
+                norms += torch._foreach_norm([g for g in checked if g.dtype == dtype])
 
         if self.tied and do_adam:  # phase 3
             if head_gather is not None:
@@ -1627,11 +1629,10 @@ def nominal_peak_tflops(device: torch.device) -> float | None:
 def compile_time_breakdown() -> str:
     """Where torch.compile's share of the start-up went, from its own counters (seconds summed over all graphs)."""
     names, values = torch._dynamo.utils.compile_times(repr="csv")
-    seconds = {name: sum(map(float, str(v).split(","))) for name, v in zip(names, values)}
-    get = lambda key: seconds.get(key, 0.0)  # noqa: E731
-    return (f"{get('_compile.compile_inner'):.1f}s in compiled frames (forward graphs incl. their Inductor work), "
-            f"Inductor {get('compile_fx_inner'):.1f}s over forward and backward graphs, of which "
-            f"{get('async_compile.wait') + get('PyCodeCache.load_by_key_path'):.1f}s building and loading kernels")
+    seconds = collections.Counter({name: sum(map(float, str(v).split(","))) for name, v in zip(names, values)})
+    return (f"{seconds['_compile.compile_inner']:.1f}s in compiled frames (forward graphs incl. their Inductor work), "
+            f"Inductor {seconds['compile_fx_inner']:.1f}s over forward and backward graphs, of which "
+            f"{seconds['async_compile.wait'] + seconds['PyCodeCache.load_by_key_path']:.1f}s building and loading kernels")
 
 
 class Logger:

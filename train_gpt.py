@@ -259,6 +259,10 @@ from kernels.polar_express import polar_express  # noqa: E402
 from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
 from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
+# Python floats reaching compiled code (GPTConfig's scales) are constants. Under dynamic=True they would be
+# symbolic, and the model's compile restarted once to specialize them: ~25% of its compile time, retraced.
+torch._dynamo.config.specialize_float = True
+
 
 # -----------------------------------------------------------------------------
 # Distributed setup: one process per GPU under torchrun; a plain `python3` run is world size 1
@@ -2025,7 +2029,8 @@ class Trainer:
         steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
                                  if 0 <= s + d < schedule.total_steps})
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
-        self.log(f"warm-up (untimed): {work} on steps {steps}, then back to step 0")
+        self.log(f"warm-up (untimed): {work} on steps {steps}, then back to step 0; starts at "
+                 f"{time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
         for i, step in enumerate(steps, 1):
             settings = self.schedule.at(step)

@@ -29,7 +29,9 @@ Kernel notes:
   flight per SM (x 132 SMs) they are still in the 50 MB L2. In pass-1 order every column is re-read after
   the same delay, so once the rows in flight outgrow L2 every re-read misses; REVERSE_PASS2 re-reads the
   columns read last first, spreading the delays from 0 to twice that, so the hit rate falls off gradually.
-  A persistent grid (CEConfig.ctas_per_sm) bounds the rows in flight instead.
+  A persistent grid (CEConfig.ctas_per_sm) bounds the rows in flight instead, and software pipelining
+  (num_stages) keeps enough loads in flight with fewer rows. At 32-40 registers, 8 programs of 8 warps fit
+  on an SM: ~100 MB of rows in flight without a bound.
 - The gradient's target columns also carry -sum of their weights. They are rewritten after a barrier
   (which orders those stores after the dense ones of other threads) rather than by comparing every column
   with every target, which keeps pass 2's cost independent of K.
@@ -88,7 +90,7 @@ def _softcapped_ce_fused_kernel(
     n_rows, n_cols, logits_row_stride, grad_row_stride,
     A: tl.constexpr, A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, DZ_DS: tl.constexpr,
     NUM_PREDICT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_V: tl.constexpr,
-    REVERSE_PASS2: tl.constexpr, FMA_RECIPROCAL: tl.constexpr,
+    REVERSE_PASS2: tl.constexpr, FMA_RECIPROCAL: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
     out_dtype = grad_ptr.dtype.element_ty
     # one row block per program, or several (strided) on a persistent grid
@@ -103,7 +105,7 @@ def _softcapped_ce_fused_kernel(
         # FMA_RECIPROCAL), so each padding column adds exactly exp2(-A·log2(e)): taken off after the loop, which
         # saves a select per logit (rows past the end are never stored)
         acc = tl.zeros([BLOCK_ROWS, BLOCK_V], dtype=tl.float32)
-        for start in range(0, n_cols, BLOCK_V):
+        for start in tl.range(0, n_cols, BLOCK_V, num_stages=NUM_STAGES):
             cols = start + tl.arange(0, BLOCK_V)
             mask = row_ok[:, None] & (cols < n_cols)[None, :]
             x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
@@ -128,7 +130,7 @@ def _softcapped_ce_fused_kernel(
         lse_log2e = lse * 1.4426950408889634  # log2(e)
         row_scale = DZ_DS * weight_sum
         n_blocks = tl.cdiv(n_cols, BLOCK_V)
-        for block in range(n_blocks):
+        for block in tl.range(n_blocks, num_stages=NUM_STAGES):
             start = (n_blocks - 1 - block) * BLOCK_V if REVERSE_PASS2 else block * BLOCK_V
             cols = start + tl.arange(0, BLOCK_V)
             mask = row_ok[:, None] & (cols < n_cols)[None, :]
@@ -164,6 +166,7 @@ class CEConfig(NamedTuple):
     reverse_pass2: bool = True  # pass 2 starts from the columns pass 1 read last (freshest in L2)
     fma_reciprocal: bool = True  # the sigmoid's reciprocal on the FMA pipe instead of MUFU.RCP
     ctas_per_sm: int = 0  # persistent grid of ctas_per_sm * SMs programs, bounding the rows in flight; 0: one per block
+    num_stages: int = 1  # software pipelining of each pass's loads (cp.async through shared memory); 1: none
 
 
 # Configs per (N, V): one micro-batch of each training stage (N rows = tokens) and the padded GPT-2
@@ -227,7 +230,8 @@ def softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, 
         n_rows, n_cols, logits.stride(0), grad.stride(0),
         DZ_DS=A / (C * grad_scale), **_softcap_constants(A, B, C),
         NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=config.block_rows, BLOCK_V=config.block_v,
-        REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal, num_warps=config.num_warps,
+        REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal, NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps,
     )
     return losses, grad
 

@@ -710,7 +710,7 @@ class GPTConfig:
     # FP8 LM-head scales: inputs, weights and logit grads are divided by these before the e4m3/e5m2 cast
     head_x_scale: float = 100 / 448
     head_w_scale: float = 1.6 / 448
-    head_grad_scale: float = 0.75 / 448  # times the loss scale 1/grad_accum_steps
+    head_grad_scale: float = 0.75 / 448  # for the summed loss' gradient; the loss scale joins the FP8 matmuls' scales
     logit_cap: tuple = (23.0, 5.0, 7.5)  # logits -> A * sigmoid((z + B) / C)
     attn_scale: float = 0.1  # softmax scale before YaRN (learned-scale experiments by @leloykun and @brendanh0gan)
     # YaRN, when a window grows from old to new tokens: rotary frequencies that turn at most yarn_alpha times within
@@ -1125,10 +1125,10 @@ class GPT(nn.Module):
         x = norm(x - backout_lam * backout)  # drop what early layers kept only for context
         A, B, C = cfg.logit_cap  # soft cap (Gemma 2; shifted sigmoid form by @YouJiacheng, @classiclarryd)
         if self.training:
-            losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
-                                  cfg.head_w_scale, cfg.head_grad_scale * cfg.loss_scale, cfg.fp8_head)[0]
+            loss, losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
+                                        cfg.head_w_scale, cfg.head_grad_scale, cfg.fp8_head)[:2]
             probe("head.losses", losses)
-            return losses.sum()
+            return loss
         loss = x.new_zeros((), dtype=torch.float32)
         for xc, tc in zip(x.split(cfg.eval_chunk), targets.split(cfg.eval_chunk)):  # bounds the logits' memory
             logits = A * torch.sigmoid((xc @ self.lm_head + B) / C)

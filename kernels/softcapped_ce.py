@@ -1,4 +1,5 @@
-"""Fused soft-capped multi-token-prediction (MTP) cross entropy over the LM-head logits.
+"""Fused soft-capped multi-token-prediction (MTP) cross entropy over the LM-head logits: losses and the
+logit gradient in one kernel.
 
 Soft-capped logits and MTP cross entropy by @classiclarryd et al. in modded-nanogpt
 (https://github.com/KellerJordan/modded-nanogpt); this is an independent implementation.
@@ -9,20 +10,40 @@ predicts the next K tokens with weights w (K,):
     loss_i = sum_k w_k · (lse_i - z_{i, targets[i + k]})    over k with i + k < N
 
 so the last rows have fewer targets, and a zero weight switches a prediction off without a recompile
-(weights live on the device). The backward needs only x and lse:
+(weights live on the device). The gradient of the summed loss needs only x and lse:
 
-    d loss_i / d x_iv = g_i · (S_i·p_iv - sum_k w_k·[v == targets[i+k]]) · (A/C)·s·(1 - s)
+    d (sum_i loss_i) / d x_iv = (S_i·p_iv - sum_k w_k·[v == targets[i+k]]) · (A/C)·s·(1 - s)
 
 with s = sigmoid((x + B) / C), p = exp(z - lse) and S_i the sum of row i's valid weights.
 
 Kernel notes:
-- z lies in (0, A), so sum_v exp(z - A) neither overflows nor underflows in fp32 (for A <= 64): the
-  forward is one plain pass of sums, with no running maximum to track and rescale.
+- Training differentiates sum_i loss_i (times a constant), so the upstream gradient is one scalar g and
+  d(g·sum_i loss_i)/dx = g·(the gradient above): the kernel writes the gradient during the forward and
+  the caller scales by g later (kernels/lm_head.py folds it into the FP8 matmul scales). The logits are
+  read once from device memory and freed after the forward instead of being kept for a backward that
+  would read them again.
+- Each row block (BLOCK_ROWS whole rows) is one program's. Pass 1 walks it in BLOCK_V-wide column blocks
+  and sums exp(z - A): z lies in (0, A), so the sum neither overflows nor underflows in fp32 (for A <= 64)
+  and needs no running maximum. Pass 2 walks the same rows again for the gradient, which is where the
+  fusion saves DRAM traffic: a bf16 row of the padded GPT-2 vocabulary is 100 KB, so with a few rows in
+  flight per SM (x 132 SMs) they are still in the 50 MB L2. In pass-1 order every column is re-read after
+  the same delay, so once the rows in flight outgrow L2 every re-read misses; REVERSE_PASS2 re-reads the
+  columns read last first, spreading the delays from 0 to twice that, so the hit rate falls off gradually.
+  A persistent grid (CEConfig.ctas_per_sm) bounds the rows in flight instead, and software pipelining
+  (num_stages) keeps enough loads in flight with fewer rows. At 32-40 registers, 8 programs of 8 warps fit
+  on an SM: ~100 MB of rows in flight without a bound.
+- The gradient's target columns also carry -sum of their weights. They are rewritten after a barrier
+  (which orders those stores after the dense ones of other threads) rather than by comparing every column
+  with every target, which keeps pass 2's cost independent of K.
+- Special-function (MUFU) budget: an H100 SM issues 16 MUFU ops per clock against 128 FMAs, and each pass
+  spends 3 per logit (2 exp2, and the sigmoid's reciprocal in an approximate tl.fdiv): the forward alone
+  (1.98 ms at N=49152) was MUFU-bound. FMA_RECIPROCAL computes the reciprocal on the FMA pipe instead
+  (_reciprocal_fma: 5 FMAs and an integer subtract, within 1 ulp of fp32, plus a clamp), leaving 2 MUFU ops
+  per logit and pass for ~6 more instructions: the sweep measures whether that pays.
 - A, B, C and grad_scale are compile-time constants. Passed as runtime Python floats they can reach
   the kernel as fp64 (the Triton 3.6 failure of the original kernel); as constexprs the compiler folds
   them into fp32 constants, e.g. (x + B)/C and the log2(e) factor of exp2 become one FMA.
-- Each program owns BLOCK_ROWS whole rows and walks them in BLOCK_V-wide column blocks (16-byte loads
-  when V is a multiple of 8); the sizes come from CE_CONFIGS.
+- Sizes and variants come from CE_CONFIGS; 16-byte loads when V is a multiple of 8.
 """
 import math
 from typing import NamedTuple
@@ -39,126 +60,140 @@ MAX_CAP = 64.0  # exp(-A) must stay a normal fp32 number (exp(-87) is the smalle
 # Triton kernels
 
 @triton.jit
-def _softcap_sigmoid(x, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr):
+def _reciprocal_fma(d):
+    """1/d for fp32 d in [1, 2^125] on the FMA pipe, within 1 ulp."""
+    # Subtracting the bits from a magic constant negates the exponent and linearly approximates the
+    # mantissa's reciprocal: relative error below 0.051 (the guess leaves the normal range above 2^125)
+    y = (0x7EF311C3 - d.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
+    e = tl.fma(-d, y, 1.0)  # 1 - d·y, the relative error
+    y = tl.fma(y, tl.fma(e, e, e), y)  # y·(1 + e + e²): error e³ < 1.4e-4
+    return tl.fma(y, tl.fma(-d, y, 1.0), y)  # Newton: error ~ 2e-8, plus the fp32 rounding
+
+
+@triton.jit
+def _softcap_sigmoid(x, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, FMA_RECIPROCAL: tl.constexpr):
     """sigmoid((x + B)/C) for fp32 x, where exp(-(x + B)/C) = exp2(x·X_SCALE + X_SHIFT)."""
-    # approximate (full-range) division: the IEEE one costs several extra instructions per element
-    return tl.fdiv(1.0, 1.0 + tl.exp2(x * X_SCALE + X_SHIFT))
+    t = x * X_SCALE + X_SHIFT
+    if FMA_RECIPROCAL:
+        # Clamped into the reciprocal's range in one instruction (NaN kept): below sigmoid 2^-125 (x < -650
+        # for the model's cap, -inf included) it gives 2^-125, which is 0 in every use (z = A·s, s·(1 - s)·p)
+        t = tl.minimum(t, 125.0, propagate_nan=tl.PropagateNan.ALL)
+        return _reciprocal_fma(1.0 + tl.exp2(t))
+    # approximate (full-range) division, one MUFU.RCP: the IEEE one costs several extra instructions
+    return tl.fdiv(1.0, 1.0 + tl.exp2(t))
 
 
 @triton.jit
-def _softcapped_ce_fwd_kernel(
+def _softcapped_ce_fused_kernel(
     logits_ptr, targets_ptr, weights_ptr,  # (N, V) logits, (N,) int64 targets, (K,) fp32 MTP weights
-    losses_ptr, lse_ptr,                   # (N,) fp32 outputs
-    n_rows, n_cols, logits_row_stride,
-    A: tl.constexpr, A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr,
+    losses_ptr, grad_ptr,                  # (N,) fp32 losses, (N, V) gradient in any float dtype
+    n_rows, n_cols, logits_row_stride, grad_row_stride,
+    A: tl.constexpr, A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, DZ_DS: tl.constexpr,
     NUM_PREDICT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_V: tl.constexpr,
+    REVERSE_PASS2: tl.constexpr, FMA_RECIPROCAL: tl.constexpr, NUM_STAGES: tl.constexpr,
 ):
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # (R,)
-    row_ok = rows < n_rows
-    row_ptrs = logits_ptr + rows.to(tl.int64) * logits_row_stride
+    out_dtype = grad_ptr.dtype.element_ty
+    # one row block per program, or several (strided) on a persistent grid
+    for row_block in tl.range(tl.program_id(0), tl.cdiv(n_rows, BLOCK_ROWS), tl.num_programs(0)):
+        rows = row_block * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # (R,)
+        row_ok = rows < n_rows
+        logits_row_ptrs = logits_ptr + rows.to(tl.int64) * logits_row_stride
+        grad_row_ptrs = grad_ptr + rows.to(tl.int64) * grad_row_stride
 
-    # sum_v exp(z - A) = sum_v exp2(A·log2(e)·(s - 1)), accumulated per lane, reduced once at the end
-    acc = tl.zeros([BLOCK_ROWS, BLOCK_V], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        mask = row_ok[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(row_ptrs[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        s = _softcap_sigmoid(x, X_SCALE, X_SHIFT)
-        # only padding columns are zeroed; rows past the end sum exp(z(0) - A) > 0 and are never stored
-        acc += tl.where((cols < n_cols)[None, :], tl.exp2(s * A_LOG2E - A_LOG2E), 0.0)
-    lse = A + tl.log(tl.sum(acc, axis=1))  # (R,)
+        # Pass 1: sum_v exp(z - A) = sum_v exp2(A·log2(e)·(s - 1)), accumulated per lane, reduced once at the end.
+        # Masked columns load -inf, where A·s·log2(e) vanishes next to A·log2(e) (s = 0, or 2^-125 with
+        # FMA_RECIPROCAL), so each padding column adds exactly exp2(-A·log2(e)): taken off after the loop, which
+        # saves a select per logit (rows past the end are never stored)
+        acc = tl.zeros([BLOCK_ROWS, BLOCK_V], dtype=tl.float32)
+        for start in tl.range(0, n_cols, BLOCK_V, num_stages=NUM_STAGES):
+            cols = start + tl.arange(0, BLOCK_V)
+            mask = row_ok[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
+            s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            acc += tl.exp2(s * A_LOG2E - A_LOG2E)
+        n_padding = tl.cdiv(n_cols, BLOCK_V) * BLOCK_V - n_cols
+        lse = A + tl.log(tl.sum(acc, axis=1) - n_padding * tl.exp2(-A_LOG2E))  # (R,)
 
-    loss = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
-    for k in tl.static_range(NUM_PREDICT):
-        has_target = row_ok & (rows + k < n_rows)
-        target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
-        x_target = tl.load(row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
-        z_target = A * _softcap_sigmoid(x_target, X_SCALE, X_SHIFT)
-        loss += tl.where(has_target, tl.load(weights_ptr + k) * (lse - z_target), 0.0)
-    tl.store(lse_ptr + rows, lse, mask=row_ok)
-    tl.store(losses_ptr + rows, loss, mask=row_ok)
+        loss = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
+        weight_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float32)  # S_i
+        for k in tl.static_range(NUM_PREDICT):
+            has_target = row_ok & (rows + k < n_rows)
+            weight = tl.load(weights_ptr + k)
+            target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
+            x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
+            z_target = A * _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            loss += tl.where(has_target, weight * (lse - z_target), 0.0)
+            weight_sum += tl.where(has_target, weight, 0.0)
+        tl.store(losses_ptr + rows, loss, mask=row_ok)
 
+        # Pass 2: every column as if it were no target, d/ds = (A/C)/grad_scale·S·p (DZ_DS folds the constants)
+        lse_log2e = lse * 1.4426950408889634  # log2(e)
+        row_scale = DZ_DS * weight_sum
+        n_blocks = tl.cdiv(n_cols, BLOCK_V)
+        for block in tl.range(n_blocks, num_stages=NUM_STAGES):
+            start = (n_blocks - 1 - block) * BLOCK_V if REVERSE_PASS2 else block * BLOCK_V
+            cols = start + tl.arange(0, BLOCK_V)
+            mask = row_ok[:, None] & (cols < n_cols)[None, :]
+            x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            p = tl.exp2(s * A_LOG2E - lse_log2e[:, None])  # exp(z - lse)
+            grad = (s - s * s) * row_scale[:, None] * p
+            tl.store(grad_row_ptrs[:, None] + cols[None, :], grad.to(out_dtype), mask=mask)
 
-@triton.jit
-def _softcapped_ce_bwd_kernel(
-    grad_losses_ptr, logits_ptr, lse_ptr, targets_ptr, weights_ptr,  # (N,), (N, V), (N,), (N,), (K,)
-    grad_logits_ptr,                                                 # (N, V) output, any float dtype
-    n_rows, n_cols, grad_losses_stride, logits_row_stride, grad_row_stride,
-    A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, DZ_DS: tl.constexpr,
-    NUM_PREDICT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_V: tl.constexpr,
-):
-    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)  # (R,)
-    row_ok = rows < n_rows
-    logits_row_ptrs = logits_ptr + rows.to(tl.int64) * logits_row_stride
-    grad_row_ptrs = grad_logits_ptr + rows.to(tl.int64) * grad_row_stride
-    out_dtype = grad_logits_ptr.dtype.element_ty
-    lse_log2e = tl.load(lse_ptr + rows, mask=row_ok, other=0.0) * 1.4426950408889634  # log2(e)
-    # d loss / d s = g·(A/C)/grad_scale·(S·p - hit); DZ_DS folds the constants
-    row_scale = tl.load(grad_losses_ptr + rows * grad_losses_stride, mask=row_ok, other=0.0) * DZ_DS
-    weight_sum = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
-    for k in tl.static_range(NUM_PREDICT):
-        weight_sum += tl.where(rows + k < n_rows, tl.load(weights_ptr + k), 0.0)
-
-    # Dense pass: every column as if it were no target
-    for start in range(0, n_cols, BLOCK_V):
-        cols = start + tl.arange(0, BLOCK_V)
-        mask = row_ok[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        s = _softcap_sigmoid(x, X_SCALE, X_SHIFT)
-        p = tl.exp2(s * A_LOG2E - lse_log2e[:, None])  # exp(z - lse)
-        grad = (s - s * s) * (row_scale * weight_sum)[:, None] * p
-        tl.store(grad_row_ptrs[:, None] + cols[None, :], grad.to(out_dtype), mask=mask)
-
-    # Rewrite the (at most K) target columns of each row, which also carry -sum of their weights.
-    # Doing it here rather than comparing every column with every target keeps the dense pass
-    # memory-bound for any K; the barrier orders these stores after the dense ones of other threads.
-    tl.debug_barrier()
-    for k in tl.static_range(NUM_PREDICT):
-        has_target = row_ok & (rows + k < n_rows)
-        target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
-        hit = tl.zeros([BLOCK_ROWS], dtype=tl.float32)  # targets may repeat within a row's window
-        for j in tl.static_range(NUM_PREDICT):
-            other = tl.load(targets_ptr + rows + j, mask=row_ok & (rows + j < n_rows), other=-1)
-            hit += tl.where(other == target, tl.load(weights_ptr + j), 0.0)
-        s = _softcap_sigmoid(tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32),
-                             X_SCALE, X_SHIFT)
-        p = tl.exp2(s * A_LOG2E - lse_log2e)
-        grad = (s - s * s) * row_scale * (weight_sum * p - hit)
-        tl.store(grad_row_ptrs + target, grad.to(out_dtype), mask=has_target)
+        # Rewrite the (at most K) target columns of each row with their -w_k terms
+        tl.debug_barrier()
+        for k in tl.static_range(NUM_PREDICT):
+            has_target = row_ok & (rows + k < n_rows)
+            target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
+            hit = tl.zeros([BLOCK_ROWS], dtype=tl.float32)  # targets may repeat within a row's window
+            for j in tl.static_range(NUM_PREDICT):
+                other = tl.load(targets_ptr + rows + j, mask=row_ok & (rows + j < n_rows), other=-1)
+                hit += tl.where(other == target, tl.load(weights_ptr + j), 0.0)
+            x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
+            s = _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            p = tl.exp2(s * A_LOG2E - lse_log2e)
+            grad = (s - s * s) * DZ_DS * (weight_sum * p - hit)
+            tl.store(grad_row_ptrs + target, grad.to(out_dtype), mask=has_target)
 
 
 # -----------------------------------------------------------------------------
 # Launch configuration
 
 class CEConfig(NamedTuple):
-    block_rows: int  # rows per program
+    block_rows: int  # rows per row block
     block_v: int     # columns per loop iteration
     num_warps: int
+    reverse_pass2: bool = True  # pass 2 starts from the columns pass 1 read last (freshest in L2)
+    fma_reciprocal: bool = True  # the sigmoid's reciprocal on the FMA pipe instead of MUFU.RCP
+    ctas_per_sm: int = 0  # persistent grid of ctas_per_sm * SMs programs, bounding the rows in flight; 0: one per block
+    num_stages: int = 1  # software pipelining of each pass's loads (cp.async through shared memory); 1: none
 
 
-# Configs per (pass, vocabulary size). Tuned on one H100 (N=49152, bf16) for the padded GPT-2
-# vocabulary (python -m kernels.bench --sweep): 8 candidates of 1-4 rows, 1024-4096 columns and 2-8
-# warps came within 5% of each other (forward ~1.9 ms, bound by its 3 special-function ops per
-# element; backward ~2.55 ms, at memory bandwidth). Any other V takes the generic rule.
+# Configs per (N, V): one micro-batch of each training stage (N rows = tokens) and the padded GPT-2
+# vocabulary. Placeholders until re-tuned on an H100 (python -m kernels.bench --only softcapped_ce --sweep,
+# which prints the fastest line per shape): the block sizes the separate forward and backward kernels
+# this one replaced ran fastest with (8 candidates within 5% of each other at N=49152), and the variants
+# expected to save MUFU work and DRAM reads. Any other shape takes the generic rule.
 CE_CONFIGS = {
-    ("forward", 50304): CEConfig(1, 2048, 8),
-    ("backward", 50304): CEConfig(1, 2048, 8),
+    (16384, 50304): CEConfig(1, 2048, 8),
+    (32768, 50304): CEConfig(1, 2048, 8),
+    (49152, 50304): CEConfig(1, 2048, 8),
 }
 
 
-def ce_config(direction: str, n_cols: int) -> CEConfig:
-    if (direction, n_cols) in CE_CONFIGS:
-        return CE_CONFIGS[direction, n_cols]
+def ce_config(n_rows: int, n_cols: int) -> CEConfig:
+    if (n_rows, n_cols) in CE_CONFIGS:
+        return CE_CONFIGS[n_rows, n_cols]
     # generic: ~2048 elements per program and iteration, rows packed together when V is small
     block_v = min(2048, triton.next_power_of_2(n_cols))
     return CEConfig(2048 // block_v, block_v, 4)
 
 
 def _softcap_constants(A: float, B: float, C: float) -> dict:
-    """Compile-time constants of z = A·sigmoid((x + B)/C), in the base-2 form the kernels use."""
+    """Compile-time constants of z = A·sigmoid((x + B)/C), in the base-2 form the kernel uses."""
     assert 0.0 < A <= MAX_CAP, f"soft cap A={A} must be in (0, {MAX_CAP}] for the max-free logsumexp"
     assert C > 0.0, f"soft cap temperature C={C} must be positive"
-    return dict(A_LOG2E=A * LOG2E, X_SCALE=-LOG2E / C, X_SHIFT=-B * LOG2E / C)
+    return dict(A=A, A_LOG2E=A * LOG2E, X_SCALE=-LOG2E / C, X_SHIFT=-B * LOG2E / C)
 
 
 def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torch.Tensor):
@@ -172,43 +207,33 @@ def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torc
 
 
 # -----------------------------------------------------------------------------
-# Host wrappers
+# Host wrapper
 
-def softcapped_ce_forward_triton(logits, targets, mtp_weights, A, B, C, config=None):
-    """Triton forward: logits (N, V) -> (losses fp32 (N,), lse fp32 (N,)). config: CEConfig override."""
-    _check_inputs(logits, targets, mtp_weights)
-    n_rows, n_cols = logits.shape
-    losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
-    lse = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
-    block_rows, block_v, num_warps = config or ce_config("forward", n_cols)
-    _softcapped_ce_fwd_kernel[(triton.cdiv(n_rows, block_rows),)](
-        logits, targets, mtp_weights.contiguous(), losses, lse,
-        n_rows, n_cols, logits.stride(0),
-        A=A, **_softcap_constants(A, B, C),
-        NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=block_rows, BLOCK_V=block_v, num_warps=num_warps,
-    )
-    return losses, lse
-
-
-def softcapped_ce_backward_triton(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
-                                  grad_scale=1.0, out_dtype=torch.bfloat16, config=None):
-    """Triton backward: d(sum_i g_i·loss_i)/d logits / grad_scale as (N, V) out_dtype.
+def softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16,
+                         config=None):
+    """Triton: logits (N, V) -> (losses fp32 (N,), d(sum_i losses_i)/d logits / grad_scale as (N, V) out_dtype).
 
     grad_scale is a compile-time constant (one compiled kernel per value): keep it fixed in training.
+    config: CEConfig override.
     """
     _check_inputs(logits, targets, mtp_weights)
     n_rows, n_cols = logits.shape
-    assert grad_losses.shape == lse.shape == (n_rows,) and lse.is_contiguous(), "grad_losses and lse must be (N,)"
-    grad_losses = grad_losses.float()  # stride 0 (a broadcast scalar gradient) is fine
-    grad_logits = torch.empty(n_rows, n_cols, dtype=out_dtype, device=logits.device)
-    block_rows, block_v, num_warps = config or ce_config("backward", n_cols)
-    _softcapped_ce_bwd_kernel[(triton.cdiv(n_rows, block_rows),)](
-        grad_losses, logits, lse, targets, mtp_weights.contiguous(), grad_logits,
-        n_rows, n_cols, grad_losses.stride(0), logits.stride(0), grad_logits.stride(0),
+    losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
+    grad = torch.empty(n_rows, n_cols, dtype=out_dtype, device=logits.device)
+    config = config or ce_config(n_rows, n_cols)
+    grid_size = triton.cdiv(n_rows, config.block_rows)
+    if config.ctas_per_sm:
+        sms = torch.cuda.get_device_properties(logits.device).multi_processor_count if logits.is_cuda else 1
+        grid_size = min(grid_size, config.ctas_per_sm * sms)
+    _softcapped_ce_fused_kernel[(grid_size,)](
+        logits, targets, mtp_weights.contiguous(), losses, grad,
+        n_rows, n_cols, logits.stride(0), grad.stride(0),
         DZ_DS=A / (C * grad_scale), **_softcap_constants(A, B, C),
-        NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=block_rows, BLOCK_V=block_v, num_warps=num_warps,
+        NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=config.block_rows, BLOCK_V=config.block_v,
+        REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal, NUM_STAGES=config.num_stages,
+        num_warps=config.num_warps,
     )
-    return grad_logits
+    return losses, grad
 
 
 # -----------------------------------------------------------------------------
@@ -229,32 +254,26 @@ def softcapped_ce_forward_reference(logits, targets, mtp_weights, A, B, C):
     return losses, lse
 
 
-def softcapped_ce_backward_reference(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
-                                     grad_scale=1.0, out_dtype=torch.bfloat16):
+def softcapped_ce_reference(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16):
+    """The losses and d(sum_i losses_i)/d logits / grad_scale as out_dtype, like softcapped_ce_triton."""
+    losses, lse = softcapped_ce_forward_reference(logits, targets, mtp_weights, A, B, C)
     s = _softcap_reference(logits, A, B, C) / A  # sigmoid((x + B)/C), (N, V)
-    p = torch.exp(A * s - lse[:, None].to(s.dtype))
+    p = torch.exp(A * s - lse[:, None])
     weights = mtp_weights.to(s.dtype)
     dz = torch.zeros_like(s)
     for k in range(min(mtp_weights.numel(), len(targets))):
         n = len(targets) - k
         dz[:n] += weights[k] * p[:n]
         dz[:n].scatter_add_(1, targets[k:, None], (-weights[k]).expand(n, 1).contiguous())
-    grad = grad_losses[:, None].to(s.dtype) * dz * (A / C) * s * (1 - s) / grad_scale
-    return grad.to(out_dtype)
+    grad = dz * (A / C) * s * (1 - s) / grad_scale
+    return losses, grad.to(out_dtype)
 
 
 # -----------------------------------------------------------------------------
-# Public ops: CUDA -> Triton, CPU -> reference
+# Public op: CUDA -> Triton, CPU -> reference
 
-def softcapped_ce_forward(logits, targets, mtp_weights, A, B, C):
-    """Per-row MTP losses and logsumexp of the soft-capped logits: fp32 (N,), fp32 (N,)."""
-    fn = softcapped_ce_forward_triton if logits.is_cuda else softcapped_ce_forward_reference
-    return fn(logits, targets, mtp_weights, A, B, C)
-
-
-def softcapped_ce_backward(grad_losses, logits, lse, targets, mtp_weights, A, B, C,
-                           grad_scale=1.0, out_dtype=torch.bfloat16):
-    """Gradient of sum_i grad_losses_i·loss_i w.r.t. the logits, divided by grad_scale, as out_dtype
-    (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly)."""
-    fn = softcapped_ce_backward_triton if logits.is_cuda else softcapped_ce_backward_reference
-    return fn(grad_losses, logits, lse, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
+def softcapped_ce(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16):
+    """Per-row MTP losses, fp32 (N,), and the gradient of their sum w.r.t. the logits divided by grad_scale,
+    as out_dtype (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly)."""
+    fn = softcapped_ce_triton if logits.is_cuda else softcapped_ce_reference
+    return fn(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype)

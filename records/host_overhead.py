@@ -27,6 +27,7 @@ def main():
     w_in, w_out = (0.02 * torch.randn(H, D, device=dev, dtype=bf16) for _ in range(2))
     post = matmul_relu_square_triton(x, w_in)
     head = 0.01 * torch.randn(D, V, device=dev, dtype=bf16)
+    defaults = tg.GPTConfig  # its class attributes are the model's soft cap and FP8 scales
     targets = torch.randint(0, V, (T,), device=dev)
     mtp = torch.tensor([1.0, 0.5, 0.0], device=dev)
     q = torch.randn(T, 6, 128, device=dev, dtype=bf16)
@@ -42,7 +43,8 @@ def main():
         "relu_square_mlp_backward_op": lambda: tg.relu_square_mlp_backward_op(x, x, w_in, w_out, post),
         "varlen_attn": lambda: varlen_attn(q, q, q, cu, cu, T, T, scale=0.1, window_size=(128, 0)),
         "transpose_copy (256, 768)": lambda: transpose_copy(x, torch.empty(D, T, device=dev, dtype=bf16)),
-        "head_loss_op (FP8)": lambda: tg.head_loss_op(x, head, targets, mtp, 100 / 448, 1.6 / 448, 0.75 / 448, True),
+        "head_loss_op (FP8)": lambda: tg.head_loss_op(x, head, targets, mtp, defaults.logit_cap, defaults.head_x_scale,
+                                                      defaults.head_w_scale, defaults.head_grad_scale, True),
     }
     print(f"{'host us/call':>12}  {'with GPU':>9}  op")
     for name, fn in cases.items():

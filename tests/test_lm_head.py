@@ -1,10 +1,11 @@
-"""The LM head + soft-capped MTP cross entropy op that training runs (kernels/lm_head.py): losses and the
-gradients of x and w through its registered autograd, against the fp64 PyTorch reference.
+"""The LM head + soft-capped MTP cross entropy op that training runs (kernels/lm_head.py): the summed loss, the
+per-position losses and the gradients of x and w through its registered autograd (a non-unit upstream scalar
+gradient, like the trainer's loss scale), against the fp64 PyTorch reference.
 
     python -m pytest -q tests/test_lm_head.py
 
 On the CPU the op runs its bf16/fp32 path (a plain matmul, the CE reference); with CUDA the CE runs on the
-Triton kernels and the FP8 path (e4m3 operands, e5m2 logit gradients) at the model's shapes.
+Triton kernel and the FP8 path (e4m3 operands, e5m2 logit gradients) at the model's shapes.
 """
 import pytest
 import torch
@@ -13,7 +14,8 @@ from kernels.lm_head import head_loss_op, head_loss_reference
 from tests.utils import DEVICE, HAS_CUDA, rel_error
 
 SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
-FP8_SCALES = dict(x_scale=100 / 448, w_scale=1.6 / 448, grad_scale=0.75 / 448 / 8)  # the model's, accumulation 8
+FP8_SCALES = dict(x_scale=100 / 448, w_scale=1.6 / 448, grad_scale=0.75 / 448)  # the model's (GPTConfig.head_*)
+LOSS_SCALE = 1 / 8  # the upstream gradient: the trainer's loss scale at 8 accumulation steps
 GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (FP8 matmuls; real shapes are slow on the CPU)")
 # (T, D, V); V = 50304 is the padded GPT-2 vocabulary. FP8 matmuls need every size a multiple of 16.
 SHAPES = [(1, 8, 5), (9, 16, 37), (130, 64, 1000), pytest.param(2048, 768, 50304, marks=GPU_ONLY)]
@@ -32,15 +34,16 @@ def check_head_loss(T, D, V, dtype, fp8, loss_tol, grad_tol):
     w = (0.05 * torch.randn(D, V, device=DEVICE)).to(dtype).requires_grad_()  # a trained head's scale: logits ~1
     targets = torch.randint(0, V, (T,), device=DEVICE)
     mtp = torch.tensor([1.0, 0.5, 0.25], device=DEVICE)
-    losses = head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)[0]
-    grad_losses = torch.rand(T, device=DEVICE)
-    losses.backward(grad_losses)
+    loss, losses = head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)[:2]
+    (loss * LOSS_SCALE).backward()
 
     ref_x, ref_w = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
     ref = head_loss_reference(ref_x, ref_w, targets, mtp.double(), SOFTCAP)
-    ref.backward(grad_losses.double())
-    assert losses.dtype == torch.float32 and torch.isfinite(losses).all()
+    (ref.sum() * LOSS_SCALE).backward()
+    assert loss.shape == () and loss.dtype == losses.dtype == torch.float32 and torch.isfinite(losses).all()
+    assert not losses.requires_grad, "only the summed loss is differentiable"
     assert rel_error(losses, ref) < loss_tol, ("losses", rel_error(losses, ref))
+    assert rel_error(loss, losses.sum()) < 1e-6, ("loss", loss.item(), losses.sum().item())
     for name, got, want in (("grad x", x.grad, ref_x.grad), ("grad w", w.grad, ref_w.grad)):
         assert got.dtype == dtype and torch.isfinite(got).all(), name
         assert rel_error(got, want) < grad_tol, (name, rel_error(got, want))
@@ -63,5 +66,19 @@ def test_losses_use_the_given_soft_cap():
     x, w = torch.randn(5, 8, device=DEVICE), torch.randn(8, 11, device=DEVICE)
     targets, mtp = torch.randint(0, 11, (5,), device=DEVICE), torch.tensor([1.0], device=DEVICE)
     for cap in (SOFTCAP, (15.0, 2.0, 3.0)):
-        got = head_loss_op(x, w, targets, mtp, cap, **FP8_SCALES, fp8=False)[0]
+        got = head_loss_op(x, w, targets, mtp, cap, **FP8_SCALES, fp8=False)[1]
         assert rel_error(got, head_loss_reference(x.double(), w.double(), targets, mtp.double(), cap)) < 1e-5
+
+
+@pytest.mark.parametrize("fp8", [False, pytest.param(True, marks=GPU_ONLY)])
+def test_saved_tensors_exclude_the_logits(fp8):
+    """The backward keeps x, w (or their FP8 copies) and the logit gradient: no logits, no logsumexp."""
+    T, D, V = FP8_SHAPES[0]
+    x = torch.randn(T, D, device=DEVICE).to(torch.bfloat16).requires_grad_()
+    w = (0.05 * torch.randn(D, V, device=DEVICE)).to(torch.bfloat16).requires_grad_()
+    targets, mtp = torch.randint(0, V, (T,), device=DEVICE), torch.tensor([1.0, 0.5], device=DEVICE)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((tuple(t.shape), t.dtype)) or t, lambda t: t):
+        head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)
+    operand, grad = (torch.float8_e4m3fn, torch.float8_e5m2) if fp8 else (torch.bfloat16, torch.bfloat16)
+    assert sorted(saved, key=str) == sorted([((T, D), operand), ((D, V), operand), ((T, V), grad)], key=str), saved

@@ -1,16 +1,20 @@
-"""Fused soft-capped MTP cross entropy vs its fp64 PyTorch reference.
+"""Fused soft-capped MTP cross entropy (losses and logit gradient in one kernel) vs its fp64 PyTorch reference.
 
     python -m pytest -q tests/test_softcapped_ce.py
 
-On the CPU the Triton launchers run through the interpreter (fp32/fp16, small shapes); with CUDA the
-same tests add bf16 logits, the real vocabulary (50304) and float8_e5m2 gradients.
+On the CPU the Triton launcher runs through the interpreter (fp32/fp16, small shapes); with CUDA the
+same tests add bf16 logits, the real vocabulary (50304) and float8_e5m2 gradients (the interpreter's fp8
+cast truncates below 2^-14 and drops the carry of a mantissa rounded up, 0.118 -> 0.0625: GPU only).
 """
+import itertools
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from kernels.softcapped_ce import (
-    softcapped_ce_backward_reference, softcapped_ce_backward_triton, softcapped_ce_forward_reference,
-    softcapped_ce_forward_triton,
+    CEConfig, _reciprocal_fma, ce_config, softcapped_ce_forward_reference, softcapped_ce_reference, softcapped_ce_triton,
 )
 from tests.utils import DEVICE, HAS_CUDA, assert_close
 
@@ -18,14 +22,17 @@ SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16 and fp8; real shapes are slow)")
 # (N rows, V columns)
 SHAPES = [(1, 1), (7, 37), (129, 1000)] + [pytest.param(*s, marks=GPU_ONLY) for s in [(1, 50304), (129, 50304), (2048, 50304)]]
-# logits dtypes; the outputs are fp32 whatever the input (tolerances below)
+# logits dtypes; the losses are fp32 whatever the input
 LOGIT_DTYPES = [torch.float32, torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)]
-FORWARD_ATOL, FORWARD_RTOL = 1e-4, 1e-5
+LOSS_ATOL, LOSS_RTOL = 1e-4, 1e-5
 # (gradient dtype, atol, rtol) against the unrounded fp64 reference: rtol is about one rounding of the
 # dtype; atol covers p = exp(z - lse), which inherits the absolute error of an fp32 lse near 20 (~2e-6)
 GRAD_DTYPES = [(torch.float32, 2e-5, 1e-4), (torch.float16, 2e-5, 1e-3),
-               pytest.param(torch.bfloat16, 2e-5, 8e-3, marks=GPU_ONLY),
-               pytest.param(torch.float8_e5m2, 2.0**-16, 0.13, marks=GPU_ONLY)]
+               pytest.param(torch.bfloat16, 2e-5, 8e-3, marks=GPU_ONLY)]
+MTP_WEIGHTS = {1: [1.0], 2: [1.0, 0.5], 3: [1.0, 0.5, 0.25]}
+# (reverse_pass2, fma_reciprocal): every kernel variant the config table can pick
+VARIANTS = list(itertools.product([False, True], repeat=2))
+VARIANT_IDS = [f"{'reverse' if r else 'forward'}-{'fma' if f else 'mufu'}" for r, f in VARIANTS]
 
 
 def make_inputs(n_rows, n_cols, dtype, mtp_weights, targets=None):
@@ -36,35 +43,54 @@ def make_inputs(n_rows, n_cols, dtype, mtp_weights, targets=None):
     return logits, targets.to(DEVICE), torch.tensor(mtp_weights, dtype=torch.float32, device=DEVICE)
 
 
-MTP_WEIGHTS = {1: [1.0], 2: [1.0, 0.5], 3: [1.0, 0.5, 0.25]}
-
-
-@pytest.mark.parametrize("n_rows,n_cols", SHAPES)
-@pytest.mark.parametrize("dtype", LOGIT_DTYPES)
-@pytest.mark.parametrize("num_predict", [1, 2, 3])
-def test_forward(n_rows, n_cols, dtype, num_predict, poison_empty):
-    logits, targets, weights = make_inputs(n_rows, n_cols, dtype, MTP_WEIGHTS[num_predict])
-    losses, lse = softcapped_ce_forward_triton(logits, targets, weights, *SOFTCAP)
-    ref_losses, ref_lse = softcapped_ce_forward_reference(logits.double(), targets, weights, *SOFTCAP)
-    assert_close(lse, ref_lse, FORWARD_ATOL, FORWARD_RTOL, "lse")
-    assert_close(losses, ref_losses, FORWARD_ATOL, FORWARD_RTOL, "losses")
+def check_against_reference(logits, targets, weights, grad_dtype, atol, rtol, grad_scale=1.0, config=None):
+    losses, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=grad_scale,
+                                        out_dtype=grad_dtype, config=config)
+    ref_losses, ref_grad = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=grad_scale,
+                                                   out_dtype=torch.float64)
+    assert losses.dtype == torch.float32 and grad.dtype == grad_dtype
+    assert_close(losses, ref_losses, LOSS_ATOL, LOSS_RTOL, "losses")
+    # the atol is for gradients of size ~1 (grad_scale 1)
+    assert_close(grad, ref_grad, atol / grad_scale, rtol, "grad_logits")
 
 
 @pytest.mark.parametrize("n_rows,n_cols", SHAPES)
 @pytest.mark.parametrize("dtype", LOGIT_DTYPES)
 @pytest.mark.parametrize("grad_dtype,atol,rtol", GRAD_DTYPES)
-@pytest.mark.parametrize("num_predict,grad_scale", [(1, 1.0), (3, 0.25)])
-def test_backward(n_rows, n_cols, dtype, grad_dtype, atol, rtol, num_predict, grad_scale, poison_empty):
+@pytest.mark.parametrize("num_predict,grad_scale", [(1, 1.0), (2, 0.5), (3, 0.25)])
+def test_softcapped_ce(n_rows, n_cols, dtype, grad_dtype, atol, rtol, num_predict, grad_scale, poison_empty):
     logits, targets, weights = make_inputs(n_rows, n_cols, dtype, MTP_WEIGHTS[num_predict])
-    grad_losses = torch.randn(n_rows, device=DEVICE)
-    _, ref_lse = softcapped_ce_forward_reference(logits.double(), targets, weights, *SOFTCAP)
-    grad = softcapped_ce_backward_triton(grad_losses, logits, ref_lse.float(), targets, weights, *SOFTCAP,
-                                         grad_scale=grad_scale, out_dtype=grad_dtype)
-    ref = softcapped_ce_backward_reference(grad_losses.double(), logits.double(), ref_lse, targets, weights, *SOFTCAP,
-                                           grad_scale=grad_scale, out_dtype=torch.float64)
-    assert grad.dtype == grad_dtype
-    # the atol is for gradients of size ~1 (grad_scale 1)
-    assert_close(grad, ref, atol / grad_scale, rtol, "grad_logits")
+    check_against_reference(logits, targets, weights, grad_dtype, atol, rtol, grad_scale)
+
+
+@pytest.mark.parametrize("reverse_pass2,fma_reciprocal", VARIANTS, ids=VARIANT_IDS)
+@pytest.mark.parametrize("n_rows,n_cols,dtype", [(129, 1000, torch.float32),
+                                                 pytest.param(2048, 50304, torch.bfloat16, marks=GPU_ONLY)])
+@pytest.mark.parametrize("block_rows,block_v,ctas_per_sm,num_stages", [(1, 256, 0, 1), (4, 128, 2, 3)])
+def test_variants(reverse_pass2, fma_reciprocal, n_rows, n_cols, dtype, block_rows, block_v, ctas_per_sm, num_stages,
+                  poison_empty):
+    """Both pass-2 orders and both reciprocals, with partial row and column blocks (129 rows, 1000 columns), one
+    program per row block or a pipelined persistent grid (on the CPU: 2 programs, taking every other row block)."""
+    logits, targets, weights = make_inputs(n_rows, n_cols, dtype, MTP_WEIGHTS[3])
+    config = CEConfig(block_rows, block_v, 4, reverse_pass2, fma_reciprocal, ctas_per_sm, num_stages)
+    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, 0.5, config)
+
+
+@GPU_ONLY
+@pytest.mark.parametrize("n_rows,num_predict", [(129, 3), (2048, 1)])
+def test_e5m2_gradient(n_rows, num_predict):
+    """The training output: bf16 logits of the real vocabulary, e5m2 gradients at the model's grad_scale, at most
+    one e5m2 step (2 mantissa bits, subnormal below 2^-14) from the fp64 reference rounded to e5m2."""
+    grad_scale = 0.75 / 448  # GPTConfig.head_grad_scale
+    logits, targets, weights = make_inputs(n_rows, 50304, torch.bfloat16, MTP_WEIGHTS[num_predict])
+    _, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=grad_scale,
+                                   out_dtype=torch.float8_e5m2)
+    _, ref = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=grad_scale,
+                                     out_dtype=torch.float64)
+    ref8 = ref.float().to(torch.float8_e5m2).double()
+    step = torch.exp2(ref8.abs().clamp_min(2.0**-14).log2().floor() - 2)
+    bad = ~((grad.double() - ref8).abs() <= step)
+    assert not bad.any(), f"{int(bad.sum())} gradients more than one e5m2 step off, e.g. at {bad.nonzero()[:5].tolist()}"
 
 
 # MTP edge cases: (name, N, V, weights, targets or None for random)
@@ -73,28 +99,57 @@ EDGE_CASES = [
     ("zero_weights", 7, 37, [1.0, 0.0, 0.0], None),
     ("only_later_predictions", 7, 37, [0.0, 0.5, 0.25], None),
     ("repeated_targets", 7, 37, [1.0, 0.5, 0.25], torch.full((7,), 3)),
+    ("targets_repeating_in_windows", 9, 37, [1.0, 0.5, 0.25], torch.tensor([3, 5, 3, 3, 5, 7, 7, 3, 5])),
 ]
 
 
+@pytest.mark.parametrize("reverse_pass2,fma_reciprocal", VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("name,n_rows,n_cols,weights,targets", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
-def test_mtp_edge_cases(name, n_rows, n_cols, weights, targets, poison_empty):
+def test_mtp_edge_cases(reverse_pass2, fma_reciprocal, name, n_rows, n_cols, weights, targets, poison_empty):
     logits, targets, weights = make_inputs(n_rows, n_cols, torch.float32, weights, targets)
-    grad_losses = torch.tensor(0.5, device=DEVICE).expand(n_rows)  # a broadcast scalar gradient (stride 0)
-    losses, lse = softcapped_ce_forward_triton(logits, targets, weights, *SOFTCAP)
-    grad = softcapped_ce_backward_triton(grad_losses, logits, lse, targets, weights, *SOFTCAP, out_dtype=torch.float32)
-    ref_losses, ref_lse = softcapped_ce_forward_reference(logits.double(), targets, weights, *SOFTCAP)
-    ref_grad = softcapped_ce_backward_reference(grad_losses.double(), logits.double(), ref_lse, targets, weights,
-                                                *SOFTCAP, out_dtype=torch.float64)
-    assert_close(losses, ref_losses, FORWARD_ATOL, FORWARD_RTOL, "losses")
-    assert_close(grad, ref_grad, 2e-5, 1e-4, "grad_logits")
+    config = ce_config(n_rows, n_cols)._replace(reverse_pass2=reverse_pass2, fma_reciprocal=fma_reciprocal)
+    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
 
 
-def test_reference_backward_is_the_gradient_of_the_reference_forward():
-    logits, targets, weights = make_inputs(9, 37, torch.float64, [1.0, 0.5, 0.25], torch.full((9,), 3))
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # the interpreter's numpy, on purpose
+@pytest.mark.parametrize("fma_reciprocal", [False, True], ids=["mufu", "fma"])
+def test_saturated_and_nan_logits(fma_reciprocal, poison_empty):
+    """Logits far past the cap (sigmoid 0 or 1, inf included) give finite losses and gradients; a NaN logit
+    makes its row's loss NaN, so a training run's non-finite check still sees it."""
+    logits, targets, weights = make_inputs(6, 37, torch.float32, MTP_WEIGHTS[2])
+    logits[0, :9] = torch.tensor([-1e4, -700.0, -650.0, 700.0, 1e4, float("-inf"), float("inf"), -1e38, 3e38])
+    logits[1, targets[1]] = -1e4  # a target whose sigmoid is 0: loss = lse
+    config = ce_config(6, 37)._replace(fma_reciprocal=fma_reciprocal)
+    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
+    logits[4, 20] = float("nan")
+    losses, _ = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, config=config)
+    assert losses[4].isnan() and torch.isfinite(losses[torch.arange(6) != 4]).all(), losses
+
+
+@triton.jit
+def _reciprocal_fma_kernel(d_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, _reciprocal_fma(tl.load(d_ptr + offs, mask=offs < n, other=1.0)), mask=offs < n)
+
+
+def test_reciprocal_fma():
+    """Within 1 ulp of 1/d over its range [1, 2^125] (log-uniform samples, near 1, and the ends)."""
+    d = torch.cat([torch.exp2(125 * torch.rand(100_000, dtype=torch.float64)).float(), 1 + torch.rand(10_000),
+                   torch.tensor([1.0, 1.5, 2.0, 3.0, 2.0**125])]).to(DEVICE)
+    out = torch.full_like(d, float("nan"))
+    _reciprocal_fma_kernel[(triton.cdiv(d.numel(), 4096),)](d, out, d.numel(), BLOCK=4096)
+    exact = 1 / d.cpu().double()
+    ulp = (exact.float().nextafter(torch.tensor(0.0)) - exact.float()).abs().double()  # the spacing below 1/d
+    err_ulp = (out.cpu().double() - exact).abs() / ulp
+    assert err_ulp.max() <= 1.0, f"max error {err_ulp.max():.3f} ulp at d={d[err_ulp.argmax()].item()}"
+
+
+def test_reference_grad_is_the_gradient_of_the_reference_forward():
+    logits, targets, weights = make_inputs(9, 37, torch.float64, MTP_WEIGHTS[3], torch.full((9,), 3))
     logits.requires_grad_()
-    grad_losses = torch.randn(9, dtype=torch.float64, device=DEVICE)
-    losses, lse = softcapped_ce_forward_reference(logits, targets, weights, *SOFTCAP)
-    (grad_losses * losses).sum().backward()
-    grad = softcapped_ce_backward_reference(grad_losses, logits.detach(), lse.detach(), targets, weights, *SOFTCAP,
-                                            grad_scale=2.0, out_dtype=torch.float64)
+    losses, _ = softcapped_ce_forward_reference(logits, targets, weights, *SOFTCAP)
+    losses.sum().backward()
+    ref_losses, grad = softcapped_ce_reference(logits.detach(), targets, weights, *SOFTCAP, grad_scale=2.0,
+                                               out_dtype=torch.float64)
+    assert_close(ref_losses, losses, 0.0, 0.0, "losses")
     assert_close(grad, logits.grad / 2, 1e-12, 1e-10, "grad_logits")

@@ -279,8 +279,9 @@ def sweep_softcapped_ce(peaks: Peaks):
                          f"s{config.num_stages} {'reverse' if config.reverse_pass2 else 'forward'} "
                          f"{'fma' if config.fma_reciprocal else 'mufu'}")
                 rate = nbytes / ms / 1e9
-                rows.append([f"{n_rows}x{CE_VOCAB}", num_predict, rank + 1, label + (" (table)" if config == table else ""),
-                             ms, f"{rate:.2f}", f"{100 * rate / peaks.copy_tb_s:.0f}%"])
+                rows.append([f"{n_rows}x{CE_VOCAB}", num_predict, rank + 1,
+                             label + (" (table)" if config == table else ""), ms, f"{rate:.2f}",
+                             f"{100 * rate / peaks.copy_tb_s:.0f}%"])
         fastest.append((n_rows, *timings[0]))
     print_table(f"softcapped_ce sweep: the {CE_SWEEP_SHOWN} fastest of {len(CE_CANDIDATES)} candidates per shape (c: "
                 "programs per SM, 0 = one per row block; s: pipeline stages; pass 2 in forward or reverse column "

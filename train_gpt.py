@@ -895,7 +895,7 @@ def _fa3_from_hub(hp) -> str:
 
 
 def _torch_varlen(_hp) -> str:
-    from torch.nn.attention.varlen import varlen_attn  # noqa: F401  (torch >= 2.10)
+    importlib.import_module("torch.nn.attention.varlen")  # ImportError before torch 2.10
     return "PyTorch varlen flash attention (FA2)"
 
 

@@ -19,6 +19,7 @@ Metric conventions:
 import argparse
 import datetime
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import triton
@@ -65,7 +66,7 @@ def measure_peaks() -> Peaks:
     src = torch.randn(2**28, device=DEVICE, dtype=torch.bfloat16)  # 512 MiB, far above L2
     dst = torch.empty_like(src)
     # Long warm-ups: the GPU idles at low clocks when the script starts.
-    copy_tb_s = 2 * src.nbytes / time_ms(lambda: dst.copy_(src), warmup_ms=300) / 1e9
+    copy_tb_s = 2 * src.nbytes / time_ms(partial(dst.copy_, src), warmup_ms=300) / 1e9
     del src, dst
     n = 8192
     a, b = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16), torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
@@ -232,9 +233,8 @@ CE_SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 CE_GRAD_SCALE = 0.75 / 448
 CE_BLOCKS = [(1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (2, 1024, 4), (2, 2048, 8),
              (4, 1024, 8)]  # (block_rows, block_v, num_warps)
-CE_CANDIDATES = [CEConfig(*block, reverse_pass2, fma_reciprocal, ctas_per_sm, num_stages) for block in CE_BLOCKS
-                 for reverse_pass2 in (False, True) for fma_reciprocal in (False, True) for ctas_per_sm in (0, 2, 4)
-                 for num_stages in (1, 3)]
+CE_CANDIDATES = [CEConfig(*block, reverse_pass2, fma_reciprocal, num_stages) for block in CE_BLOCKS
+                 for reverse_pass2 in (False, True) for fma_reciprocal in (False, True) for num_stages in (1, 3)]
 CE_SWEEP_SHOWN = 12  # rows printed per shape: the fastest candidates (and the table's config)
 
 
@@ -275,17 +275,17 @@ def sweep_softcapped_ce(peaks: Peaks):
         timings = sorted((time_ms(lambda: fused(config), rep_ms=40), config) for config in CE_CANDIDATES)
         for rank, (ms, config) in enumerate(timings):
             if rank < CE_SWEEP_SHOWN or config == table:
-                label = (f"r{config.block_rows} v{config.block_v} w{config.num_warps} c{config.ctas_per_sm} "
-                         f"s{config.num_stages} {'reverse' if config.reverse_pass2 else 'forward'} "
+                label = (f"r{config.block_rows} v{config.block_v} w{config.num_warps} s{config.num_stages} "
+                         f"{'reverse' if config.reverse_pass2 else 'forward'} "
                          f"{'fma' if config.fma_reciprocal else 'mufu'}")
                 rate = nbytes / ms / 1e9
                 rows.append([f"{n_rows}x{CE_VOCAB}", num_predict, rank + 1,
                              label + (" (table)" if config == table else ""), ms, f"{rate:.2f}",
                              f"{100 * rate / peaks.copy_tb_s:.0f}%"])
         fastest.append((n_rows, *timings[0]))
-    print_table(f"softcapped_ce sweep: the {CE_SWEEP_SHOWN} fastest of {len(CE_CANDIDATES)} candidates per shape (c: "
-                "programs per SM, 0 = one per row block; s: pipeline stages; pass 2 in forward or reverse column "
-                "order; the sigmoid's reciprocal on the fma or mufu pipe)",
+    print_table(f"softcapped_ce sweep: the {CE_SWEEP_SHOWN} fastest of {len(CE_CANDIDATES)} candidates per shape "
+                "(s: pipeline stages; pass 2 in forward or reverse column order; the sigmoid's reciprocal on the "
+                "fma or mufu pipe)",
                 ["shape", "K", "rank", "config", "ms", "TB/s", "% copy peak"], rows)
     print("\nfastest per shape, for CE_CONFIGS in kernels/softcapped_ce.py:")
     for n_rows, ms, config in fastest:

@@ -6,39 +6,31 @@ https://github.com/KellerJordan/modded-nanogpt, 88.8 s to 3.28 FineWeb val loss 
     ./run.sh                                                       # same, on every visible GPU; tiny CPU demo without one
     python3 train_gpt.py --device cpu --compile False ...          # smoke test (see run.sh for a tiny config)
 
-Every knob lives in `Hyperparameters` and can be set as `--name value` or `--name=value`.
-The script is importable: nothing runs until main(), so tests and data/ tools reuse its pieces.
+This file is the recipe: settings, model, optimizer, data loader, schedule, CUDA graphs, the training loop. The
+kernels live in kernels/, the shard format in data/shards.py, and the harness around a run (settings parsing,
+log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparameters` and can be set as
+`--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
-import collections
-import dataclasses
-import glob
-import importlib.metadata
-import importlib.util
-import inspect
 import math
 import os
-import pickle
 import re
-import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 
 PROCESS_START = time.time()  # for the startup-time report
-from ast import literal_eval
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from harness.settings import parse_args
 
 # -----------------------------------------------------------------------------
 # Hyperparameters: every knob of the run. Defaults reproduce the record on 8xH100.
 
+MICRO_BATCHES = 8  # per step: one per GPU of the record's 8xH100 box; fewer GPUs accumulate 8 / world_size each
 GATE_CHANNELS = 12  # the model's gates read the first 12 channels of their input stream
-
+ATTENTION = ("auto", "fa3", "varlen", "sdpa")  # --attention's choices (kernels/attention.py: ATTENTION_CHOICES)
 
 @dataclass
 class Hyperparameters:
@@ -54,7 +46,7 @@ class Hyperparameters:
     cooldown_frac: float = 0.60  # lr decays linearly over this final fraction of scheduled steps...
     final_lr_frac: float = 0.15  # ...down to this fraction of the stage lr
     untie_frac: float = 2 / 3  # the embedding unties from the LM head after this fraction of the scheduled steps
-    # three equal stages, then the extension stage; tokens are per micro-batch (8 micro-batches a step)
+    # three equal stages, then the extension stage; tokens are per micro-batch (MICRO_BATCHES a step)
     micro_batch_tokens: tuple = (8 * 2048, 16 * 2048, 24 * 2048)  # tokens per micro-batch by stage
     stage_seq_lens: tuple = (896, 2048, 2048)  # documents are cut at this length
     stage_lr_muls: tuple = (1.0, 1.52, 1.73)  # ~ (batch / first batch) ** 0.6 and ** 0.5
@@ -97,73 +89,11 @@ class Hyperparameters:
     overwrite: bool = False  # allow a --run_id whose log already exists (its files are replaced)
     # reliability and debugging
     guard_every: int = 50  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
-    inject_fault_step: int = -1  # tests only: poison one MLP output with NaN at this step
+    inject_fault_step: int = -1  # try the guard: this step's loss weights are NaN, so its loss and gradients are too
     profile_steps: str = ""  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
     sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
-    replay: str = ""  # path of a capture: re-run its step and report the first non-finite tensors
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
-
-def setting_help() -> str:
-    """Every setting with its default and meaning, grouped as in Hyperparameters: read from its source, so the
-    comments there are the one description."""
-    lines = ["usage: train_gpt.py [--name value | --name=value]...  (torchrun --nproc_per_node=N train_gpt.py ...)",
-             "  --help, -h: this list;  --check: check the settings and exit", ""]
-    defaults = Hyperparameters()
-    for line in inspect.getsource(Hyperparameters).splitlines()[2:]:
-        if m := re.fullmatch(r"\s*# (.*)", line):
-            lines.append(f"{m[1]}:")
-        elif m := re.fullmatch(r"\s*(\w+): \w+ = [^#]*?(?:#\s*(.*))?", line):
-            lines.append(f"  --{m[1]} {getattr(defaults, m[1])!r}" + (f"  {m[2]}" if m[2] else ""))
-    return "\n".join(lines)
-
-
-def parse_args(argv: list[str]) -> Hyperparameters:
-    """Parse `--name value` / `--name=value` overrides of Hyperparameters, type-checked, then validated as a whole.
-    --help/-h prints every setting and --check validates and exits: both exit here."""
-    if {"--help", "-h"} & set(argv):
-        print(setting_help())
-        raise SystemExit(0)
-    args = Hyperparameters()
-    fields = {f.name: f for f in dataclasses.fields(Hyperparameters)}
-    check_only, i = False, 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "--check":
-            check_only, i = True, i + 1
-            continue
-        if not token.startswith("--"):
-            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value (--help lists them)")
-        if "=" in token:
-            name, text = token[2:].split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(argv):
-                raise SystemExit(f"error: {token} needs a value")
-            name, text = token[2:], argv[i + 1]
-            i += 2
-        if name not in fields:
-            raise SystemExit(f"error: unknown setting --{name} (--help lists the settings)")
-        default = getattr(args, name)
-        if isinstance(default, str):
-            value = text
-        else:
-            try:
-                value = literal_eval(text)
-            except (ValueError, SyntaxError):
-                raise SystemExit(f"error: --{name} {text!r} is not a valid {type(default).__name__}") from None
-            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            if isinstance(default, tuple) and isinstance(value, list):
-                value = tuple(value)
-            if type(value) is not type(default):
-                raise SystemExit(f"error: --{name} expects a {type(default).__name__}, got {text!r}")
-        setattr(args, name, value)
-    validate(args)
-    if check_only:
-        print("settings OK")
-        raise SystemExit(0)
-    return args
 
 
 def validate(hp: Hyperparameters):
@@ -230,38 +160,50 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 1, f"--{name} {getattr(hp, name)} must be at least 1")
     for name in ("val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
-    need(hp.emulate_world_size in (0, 1, 2, 4, 8), f"--emulate_world_size {hp.emulate_world_size} must be 1, 2, 4 or 8")
+    need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
+         f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
     need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
     need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
          f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
     need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
+    need(hp.attention in ATTENTION, f"--attention must be one of {', '.join(ATTENTION)}, not {hp.attention!r}")
     need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]),
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last)")
-    for name in ("replay", "resume"):
-        need(not getattr(hp, name) or Path(getattr(hp, name)).is_file(), f"--{name} {getattr(hp, name)!r}: no such file")
+    need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 
 if __name__ == "__main__":  # --help, --check and setting errors answer at once, before the heavy imports below
-    parse_args(sys.argv[1:])
+    parse_args(sys.argv[1:], Hyperparameters, validate)
 
-os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from data.shards import DataError, ShardError, check_val_shards, read_header, read_tokens, scan_train_shards  # noqa: E402
+from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch  # noqa: E402
+from harness.log import Logger  # noqa: E402
+from harness.profiling import StepProfiler, sync_debug  # noqa: E402
+from harness.report import TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
+from kernels.attention import Attention, attend, select_attention  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
 from kernels.polar_express import polar_express  # noqa: E402
 from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
 from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
-# Python floats reaching compiled code (GPTConfig's scales) are constants. Under dynamic=True they would be
-# symbolic, and the model's compile restarted once to specialize them: ~25% of its compile time, retraced.
-torch._dynamo.config.specialize_float = True
+
+def configure_torch():
+    """The process-wide settings this script relies on, made by main() (and by tests that compile the model),
+    not on import."""
+    os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
+    # Python floats reaching compiled code (GPTConfig's scales) are constants. Under dynamic=True they would be
+    # symbolic, and the model's compile restarted once to specialize them: ~25% of its compile time, retraced.
+    torch._dynamo.config.specialize_float = True
 
 
 # -----------------------------------------------------------------------------
@@ -272,7 +214,7 @@ class Runtime:
     rank: int
     world_size: int
     device: torch.device
-    grad_accum_steps: int  # 8 // world_size micro-batches per rank keep the 8-GPU batch
+    grad_accum_steps: int  # MICRO_BATCHES // world_size micro-batches per rank keep the 8-GPU batch
     attention: "Attention"  # the attention kernel this process loaded (the same route on every rank)
 
     @property
@@ -289,11 +231,9 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if 8 % world_size != 0:
+    if MICRO_BATCHES % world_size != 0:
         raise SystemExit(f"error: world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
-                         "(gradient accumulation 8 // world_size keeps the record's batch)")
-    if args.device not in ("auto", "cuda", "cpu"):
-        raise SystemExit(f"error: --device must be auto, cuda or cpu, not {args.device!r}")
+                         f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda was requested but CUDA is not available "
                          "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
@@ -308,380 +248,18 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
         device = torch.device("cpu")
     if world_size > 1:
         dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
-    attention = select_attention(args, device) if rank == 0 else None
+    attention = select_attention(args.attention, device, args.fa3_hub_wait) if rank == 0 else None
     if world_size > 1:  # the other ranks load the route rank 0 chose, so that every rank runs the same kernel
         chosen = [attention.route if rank == 0 else None]
         dist.broadcast_object_list(chosen, 0)
         if rank != 0:
-            attention = select_attention(args, device, routes=(chosen[0],))
+            attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
     if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
-        if world_size > 1 or 8 % args.emulate_world_size:
-            raise SystemExit(f"error: --emulate_world_size {args.emulate_world_size} needs one process and a world "
-                             "size dividing 8 (1, 2, 4 or 8)")
+        if world_size > 1:
+            raise SystemExit(f"error: --emulate_world_size {args.emulate_world_size} runs in one process; start it "
+                             "with python3 or torchrun --nproc_per_node=1")
         world_size = args.emulate_world_size
-    return Runtime(rank, world_size, device, 8 // world_size, attention)
-
-# -----------------------------------------------------------------------------
-# Data: token shards (a 256 x int32 header [magic, version, num_tokens, 0...], then num_tokens uint16 tokens),
-# BOS-aligned training micro-batches, contiguous validation tokens
-
-SHARD_MAGIC = 20240520
-SHARD_VERSION = 1
-HEADER_INTS = 256
-HEADER_BYTES = HEADER_INTS * 4
-
-
-class ShardError(ValueError):
-    """A token shard is missing, truncated or has a bad header."""
-
-
-def read_shard_header(path) -> int:
-    """Validate the header of a .bin shard and return its token count."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise ShardError(f"{path}: cannot read shard ({e.strerror})") from None
-    if size < HEADER_BYTES:
-        raise ShardError(f"{path}: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header; "
-                         "the download was probably cut off - delete it and fetch it again")
-    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
-    if header[0] != SHARD_MAGIC:
-        raise ShardError(f"{path}: bad magic number {header[0]} (expected {SHARD_MAGIC}); "
-                         "not a token shard in the FineWeb .bin format")
-    if header[1] != SHARD_VERSION:
-        raise ShardError(f"{path}: unsupported shard version {header[1]} (expected {SHARD_VERSION})")
-    num_tokens = int(header[2])
-    expected = HEADER_BYTES + 2 * num_tokens
-    if num_tokens < 0 or size != expected:
-        raise ShardError(f"{path}: header claims {num_tokens} tokens ({expected} bytes) but the file has "
-                         f"{size} bytes; the file is truncated or corrupt - delete it and fetch it again")
-    return num_tokens
-
-
-def load_shard(path) -> torch.Tensor:
-    """Read all tokens of a validated shard into a uint16 CPU tensor."""
-    num_tokens = read_shard_header(path)
-    tokens = torch.empty(num_tokens, dtype=torch.uint16, pin_memory=torch.cuda.is_available())
-    with open(path, "rb", buffering=0) as f:
-        f.seek(HEADER_BYTES)
-        nbytes = f.readinto(tokens.numpy())  # straight into the (pinned) tensor, no extra copy
-    if nbytes != 2 * num_tokens:
-        raise ShardError(f"{path}: read {nbytes} bytes of tokens, expected {2 * num_tokens}")
-    return tokens
-
-
-def write_shard(path, tokens) -> None:
-    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically."""
-    tokens = np.asarray(tokens)
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
-        raise ValueError("token ids must fit in uint16")
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[:3] = SHARD_MAGIC, SHARD_VERSION, tokens.size
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.astype("<u2").tobytes())
-    os.replace(tmp, path)  # a crash never leaves a half-written shard under the real name
-
-
-class DataError(RuntimeError):
-    """The data cannot feed the configured run (missing, too short, or exhausted)."""
-
-
-def find_shards(pattern: str, what: str) -> list[Path]:
-    files = sorted(Path(f) for f in glob.glob(pattern))
-    if not files:
-        raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
-                        f"or point --{what}_files at your .bin shards")
-    for f in files:
-        if not f.is_file():
-            raise DataError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "
-                            f"shards, e.g. '{f}/*.bin'")
-    return files
-
-
-def scan_shard(path: Path, bos_id: int, vocab_size: int) -> np.ndarray:
-    """Check a shard's header and token ids, memory-mapped (nothing is loaded); returns its BOS positions."""
-    num_tokens = read_shard_header(path)
-    tokens = np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(num_tokens,))
-    if num_tokens and int(tokens.max()) >= vocab_size:
-        raise ShardError(f"{path}: token id {int(tokens.max())} >= vocab_size {vocab_size}; "
-                         "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
-    return np.flatnonzero(tokens == bos_id)
-
-
-def cut_micro_batches(bos: np.ndarray, size: int, doc: int, need: int, max_seq_len: int,
-                      count: int = 8) -> tuple[list[tuple[np.ndarray, np.ndarray]], int] | None:
-    """Cut `count` micro-batches of `need` tokens from a shard of `size` tokens, from its document `doc` on: each
-    sequence starts at a BOS and stops at max_seq_len (the rest of that document is skipped), the last one is cut
-    to fit. Returns ([(starts, lengths)] per micro-batch, the next document), or None if the shard runs out."""
-    cuts = []
-    for _ in range(count):
-        looked = 64  # documents looked at, grown until they hold `need` tokens (each holds at least one)
-        while True:
-            starts = bos[doc:doc + looked]
-            ends = np.append(bos[doc + 1:doc + looked + 1], size)[:starts.size]
-            lengths = np.minimum(ends - starts, max_seq_len)
-            total = np.cumsum(lengths)
-            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
-            if k < total.size:
-                break
-            if starts.size < looked:
-                return None
-            looked *= 4
-        lengths = lengths[:k + 1].copy()
-        lengths[k] -= total[k] - need
-        cuts.append((starts[:k + 1], lengths))
-        doc += k + 1
-    return cuts, doc
-
-
-def round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
-def bigram_hash(tokens: np.ndarray, table_size: int) -> np.ndarray:
-    """Row of the bigram table for each (previous, current) token pair; position 0 gets the spare last row.
-    Multipliers spread pairs over the table; pairs across document boundaries are hashed too."""
-    t = tokens.astype(np.int64)
-    out = np.empty_like(t)
-    out[0] = table_size - 1
-    out[1:] = ((36313 * t[1:]) ^ (27191 * t[:-1])) % (table_size - 1)
-    return out.astype(np.int32)
-
-
-@dataclass
-class MicroBatch:
-    inputs: Tensor  # (T,) int32
-    targets: Tensor  # (T,) int64, inputs shifted by one
-    cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
-    bigram: Tensor  # (T,) int32 rows of the bigram table
-
-    def tensors(self) -> tuple[Tensor, ...]:
-        return self.inputs, self.targets, self.cu_seqlens, self.bigram
-
-
-class IndexedShard:
-    """A shard's tokens with the position of every BOS (scanned and checked before the run: check_data)."""
-
-    def __init__(self, path: Path, bos: np.ndarray):
-        self.path, self.bos = path, bos
-        self.tokens = load_shard(path).numpy()
-
-    @staticmethod
-    def load_async(path: Path, bos: np.ndarray):
-        """Start loading in a background thread; returns a function that waits for the shard."""
-        box = {}
-
-        def work():
-            try:
-                box["shard"] = IndexedShard(path, bos)
-            except Exception as e:  # re-raised in the caller's thread
-                box["error"] = e
-        thread = threading.Thread(target=work, daemon=True)
-        thread.start()
-
-        def get() -> IndexedShard:
-            thread.join()
-            if "error" in box:
-                raise box["error"]
-            return box["shard"]
-        return get
-
-
-class CuSeqlensCapacity:
-    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
-
-    Sized from the data (the most documents that start in any window of the micro-batch's length,
-    plus a margin), never from a guessed median document length; if a batch still needs more
-    entries, the buffer grows (one recompile, logged) instead of failing.
-    """
-
-    MARGIN = 1.25  # room for micro-batches denser in documents than any window of the first shard
-
-    def __init__(self, log=print):
-        self.capacity: dict[int, int] = {}
-        self.log = log
-
-    def fit(self, micro_tokens: int, bos: np.ndarray, needed: int) -> int:
-        if micro_tokens not in self.capacity:
-            ends = np.searchsorted(bos, bos + micro_tokens)
-            densest = int((ends - np.arange(len(bos))).max()) if len(bos) else 1
-            self.capacity[micro_tokens] = round_up(int(densest * self.MARGIN) + 2, 128)
-        if needed > self.capacity[micro_tokens]:
-            self.capacity[micro_tokens] = round_up(needed, 128)
-            self.log(f"cu_seqlens capacity for {micro_tokens}-token micro-batches grown to "
-                     f"{self.capacity[micro_tokens]} (documents are shorter than sampled; one recompile)")
-        return self.capacity[micro_tokens]
-
-
-def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
-                     device: torch.device) -> MicroBatch:
-    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
-    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
-    T = buf.size - 1
-    cu = np.full(capacity, T, dtype=np.int32)
-    cu[0] = 0
-    cu[1:seq_ends.size + 1] = seq_ends
-    pin = device.type == "cuda"
-
-    def to_device(a: np.ndarray) -> Tensor:
-        t = torch.from_numpy(a)
-        return t.pin_memory().to(device, non_blocking=True) if pin else t
-    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
-                      to_device(bigram))
-
-
-@dataclass
-class StepData:
-    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
-    bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
-
-
-class TrainLoader:
-    """Each step cuts 8 micro-batches from the token stream, each T+1 tokens of whole-document starts:
-    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
-    document is skipped). The 8 micro-batches of a step come from one shard: when it cannot supply all of
-    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
-    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
-    every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
-
-    def __init__(self, index: dict[Path, np.ndarray], hp: Hyperparameters, rank: int, world_size: int,
-                 device: torch.device, bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
-                 track_bigram_rows: bool = False):
-        """index: the train shards in order, with their BOS positions (check_data)."""
-        self.files, self.index = list(index), index
-        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
-        self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
-        self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
-        self.next_file = self.shard_index
-        self.shard = self._open_next()()
-        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
-
-    def position(self) -> tuple[int, int]:
-        """Where the next batch starts: pass it back as `start` to resume here."""
-        return self.shard_index, self.doc
-
-    def _open_next(self):
-        if self.next_file >= len(self.files):
-            return None
-        get = IndexedShard.load_async(self.files[self.next_file], self.index[self.files[self.next_file]])
-        self.next_file += 1
-        return get
-
-    def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
-        """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
-        while (cut := cut_micro_batches(self.shard.bos, self.shard.tokens.size, self.doc, micro_tokens + 1,
-                                        max_seq_len)) is None:
-            self._advance_shard()
-        cuts, self.doc = cut
-        mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
-        for slot, (starts, lengths) in enumerate(cuts):
-            owner = slot % self.world_size
-            if owner != self.rank and rows is None:
-                continue
-            buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
-            bigram = bigram_hash(buf[:-1], self.bigram_rows)
-            if rows is not None:
-                rows[owner].append(bigram)
-            if owner == self.rank:
-                seq_ends = np.cumsum(lengths)
-                seq_ends[-1] -= 1  # the final token is only a target
-                cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
-                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
-        return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
-
-    def _advance_shard(self):
-        if self._prefetch is None:
-            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
-                            f"{self.hp.train_files!r}; add shards or shorten the schedule")
-        self.shard, self.doc = self._prefetch(), 0
-        self.shard_index += 1
-        self._prefetch = self._open_next()
-
-
-class ValData:
-    """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
-    Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
-
-    def __init__(self, hp: Hyperparameters, rank: int, world_size: int, device: torch.device, bigram_rows: int):
-        """The shards hold enough tokens, all below the vocabulary size (check_data)."""
-        T, chunks, have = hp.val_micro_batch_tokens, [], 0
-        for f in find_shards(hp.val_files, "val"):
-            if have > hp.val_tokens:
-                break
-            chunks.append(load_shard(f).numpy())
-            have += chunks[-1].size
-        tokens = np.concatenate(chunks)[:hp.val_tokens + 1]
-        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
-        self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
-        self.bos_id = hp.bos_id
-        self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
-
-    def _seq_ends(self, i: int) -> np.ndarray:
-        inputs = self.tokens[i * self.T:(i + 1) * self.T]
-        starts = np.flatnonzero(inputs == self.bos_id)
-        return np.append(starts[starts > 0], self.T).astype(np.int32)
-
-    def __len__(self) -> int:
-        return len(self.my_batches)
-
-    def batch(self, j: int) -> MicroBatch:
-        i = self.my_batches[j]
-        buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
-        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
-                                self.device)
-
-def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> tuple[dict[Path, np.ndarray], str]:
-    """Before anything is built: every train shard's header and token ids (memory-mapped, in parallel), the
-    validation tokens the run reads, and whether the train shards cover the schedule (the loader's cuts, run over
-    the BOS positions alone). Returns the train shards with their BOS positions, for the loader, and a report."""
-    files = find_shards(hp.train_files, "train")
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        bos = list(pool.map(lambda f: scan_shard(f, hp.bos_id, hp.vocab_size), files))
-    sizes = [read_shard_header(f) for f in files]
-    for f, b in zip(files, bos):
-        if b.size == 0:
-            raise DataError(f"{f}: no document separator (token {hp.bos_id}) in the shard: every document must start "
-                            "with one; check --bos_id, or tokenize with data/tokenize_text.py")
-    per_step = hp.val_micro_batch_tokens * world_size
-    if hp.val_tokens % per_step:
-        raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
-                        f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
-    val_files, have = find_shards(hp.val_files, "val"), 0
-    for f in val_files:
-        if have > hp.val_tokens:
-            break
-        n = read_shard_header(f)
-        used = np.memmap(f, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(n,))[:hp.val_tokens + 1 - have]
-        if used.size and int(used.max()) >= hp.vocab_size:
-            raise ShardError(f"{f}: token id {int(used.max())} >= vocab_size {hp.vocab_size}; "
-                             "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
-        have += n
-    if have < hp.val_tokens + 1:
-        raise DataError(f"validation shards {hp.val_files!r} hold {have:,} tokens but --val_tokens {hp.val_tokens:,} "
-                        f"needs {hp.val_tokens + 1:,} (one extra for the last target); lower --val_tokens "
-                        "or add validation data")
-    shard, doc, taken = 0, 0, 0
-    for step in range(schedule.total_steps):
-        settings = schedule.at(step)
-        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
-                                        settings.seq_len)) is None:
-            shard, doc = shard + 1, 0
-            if shard == len(files):
-                raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) "
-                                f"cover {step} of the schedule's {schedule.total_steps} steps (documents are cut at "
-                                f"{hp.stage_seq_lens} tokens: the rest of a longer one is skipped; with short lines of "
-                                "text, tokenize with --line_docs); add shards or shorten the schedule")
-        doc = cut[1]
-        taken += 8 * (settings.micro_batch_tokens + 1)
-    report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
-              f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
-              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)")
-    return dict(zip(files, bos)), report
-
+    return Runtime(rank, world_size, device, MICRO_BATCHES // world_size, attention)
 
 # -----------------------------------------------------------------------------
 # Model configuration (GPT-2-small-sized, 11 layers with named roles) and rotary embeddings
@@ -707,6 +285,7 @@ class GPTConfig:
     paired_head_layers: tuple = (0, 2, 5, 9)
     long_window_layers: tuple = (3, 10)  # the rest use the short window; these also get the key offset
     gate_channels: int = GATE_CHANNELS
+    max_world_size: int = MICRO_BATCHES  # the MLP bank pads so that whole matrices split over this many ranks
     # FP8 LM-head scales: inputs, weights and logit grads are divided by these before the e4m3/e5m2 cast
     head_x_scale: float = 100 / 448
     head_w_scale: float = 1.6 / 448
@@ -740,8 +319,8 @@ class GPTConfig:
 
     @property
     def mlp_bank_layers(self) -> int:
-        # pad so the 2 matrices per layer split evenly over 8 ranks (11 layers -> 12)
-        return math.ceil(2 * self.num_layers / 8) * 4
+        # pad so the 2 matrices per layer split evenly over the ranks (11 layers -> 12 at 8 ranks)
+        return math.ceil(2 * self.num_layers / self.max_world_size) * self.max_world_size // 2
 
 
 def norm(x: Tensor) -> Tensor:
@@ -813,149 +392,6 @@ class Rotary(nn.Module):
         return x * cos + swapped * sin
 
 # -----------------------------------------------------------------------------
-# Attention backends. Record boxes run FlashAttention-3 (Hopper only), which users get by one of three routes:
-# an installed `flash_attn_interface` (a wheel, or tools/build_fa3.sh), torch's registered FA3 implementation
-# (same build, activated behind torch's own flash-attention ops), or the Hugging Face kernel hub, as the reference
-# does. Without FA3: torch's varlen flash attention (FA2, CUDA), else masked SDPA (any device, small shapes).
-
-FA3_HUB_REPO = "varunneal/flash-attention-3"  # the kernel hub repository the reference loads FA3 from
-FA3_INSTALL = ("build it with tools/build_fa3.sh (Hopper, CUDA >= 12.3) and put its output folder on PYTHONPATH, "
-               "install a FlashAttention-3 wheel for your torch/CUDA, or `pip install kernels` for the kernel hub")
-# --attention choice -> routes tried in order; a route is a way of loading one kernel
-ATTENTION_CHOICES = {
-    "auto": ("fa3-interface", "fa3-torch", "fa3-hub", "varlen", "sdpa"),
-    "fa3": ("fa3-interface", "fa3-torch", "fa3-hub"),
-    "varlen": ("varlen",),
-    "sdpa": ("sdpa",),
-}
-
-
-@dataclass(frozen=True)
-class Attention:
-    kernel: str  # what attend() calls: "fa3" (FA3's varlen function), "varlen" (torch's) or "sdpa"
-    route: str  # the ATTENTION_CHOICES route that loaded it
-    description: str  # for the log
-    skipped: tuple = ()  # why each better route was not taken
-
-
-class FA3:
-    """FlashAttention-3's varlen function once a route has loaded it: process-wide, like the library behind it."""
-    varlen_func = None
-
-
-def _fa3_from_interface(_hp) -> str:
-    import flash_attn_interface  # ImportError: not installed
-    FA3.varlen_func = flash_attn_interface.flash_attn_varlen_func
-    return f"FlashAttention-3 via flash_attn_interface ({flash_attn_interface.__file__})"
-
-
-def _fa3_from_torch(_hp) -> str:
-    from torch.nn import attention
-    if "FA3" not in getattr(attention, "list_flash_attention_impls", lambda: [])():
-        raise RuntimeError(f"torch {torch.__version__} registers no FA3 implementation (torch >= 2.11 does)")
-    attention.activate_flash_attention_impl("FA3")  # torch's flash-attention ops (varlen_attn's) now run FA3
-    return "FlashAttention-3 via torch's registered implementation (torch.nn.attention.varlen)"
-
-
-# Runs in a child process: our package `kernels` shadows the hub client's name in this one, and a child can be
-# stopped when the hub does not answer. Prints the __init__.py of the kernel package it downloaded and loaded.
-_HUB_LOOKUP = """
-import sys
-from kernels import get_kernel
-try:
-    module = get_kernel(sys.argv[1])
-except ValueError:  # newer clients want an explicit version or revision
-    module = get_kernel(sys.argv[1], revision="main")
-print(module.__file__)
-"""
-
-
-def _fa3_from_hub(hp) -> str:
-    try:
-        importlib.metadata.distribution("kernels")
-    except importlib.metadata.PackageNotFoundError:
-        raise RuntimeError("the hub client is not installed (`pip install kernels`)") from None
-    with tempfile.TemporaryDirectory() as elsewhere:  # a working directory without our `kernels` package
-        try:
-            found = subprocess.run([sys.executable, "-c", _HUB_LOOKUP, FA3_HUB_REPO], cwd=elsewhere, text=True,
-                                   capture_output=True, timeout=hp.fa3_hub_wait)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"no answer within --fa3_hub_wait {hp.fa3_hub_wait:g} s (offline?)") from None
-    if found.returncode != 0:
-        raise RuntimeError(f"get_kernel({FA3_HUB_REPO!r}) failed: "
-                           f"{(found.stderr.strip().splitlines() or ['no output'])[-1]}")
-    init = Path(found.stdout.strip().splitlines()[-1])
-    spec = importlib.util.spec_from_file_location("fa3_hub", init, submodule_search_locations=[str(init.parent)])
-    package = importlib.util.module_from_spec(spec)
-    sys.modules["fa3_hub"] = package  # the package's relative imports resolve through this name
-    spec.loader.exec_module(package)
-    interface = getattr(package, "flash_attn_interface", None) or importlib.import_module("fa3_hub.flash_attn_interface")
-    FA3.varlen_func = interface.flash_attn_varlen_func
-    return f"FlashAttention-3 via the kernel hub ({FA3_HUB_REPO}: {init.parent})"
-
-
-def _torch_varlen(_hp) -> str:
-    importlib.import_module("torch.nn.attention.varlen")  # ImportError before torch 2.10
-    return "PyTorch varlen flash attention (FA2)"
-
-
-_ROUTES = {  # route -> (kernel, loader, minimum CUDA compute capability or None for any device)
-    "fa3-interface": ("fa3", _fa3_from_interface, (9, 0)),
-    "fa3-torch": ("varlen", _fa3_from_torch, (9, 0)),
-    "fa3-hub": ("fa3", _fa3_from_hub, (9, 0)),
-    "varlen": ("varlen", _torch_varlen, (8, 0)),
-    "sdpa": ("sdpa", lambda _hp: "masked SDPA (an explicit (T, T) mask: for CPUs, tests and small shapes)", None),
-}
-
-
-def select_attention(hp, device: torch.device, routes: tuple[str, ...] | None = None) -> Attention:
-    """Load the first route of --attention's list (or of `routes`, to load the one rank 0 chose) that works on
-    this device. A choice with no working route is an error naming the install step."""
-    if hp.attention not in ATTENTION_CHOICES:
-        raise SystemExit(f"error: --attention must be one of {', '.join(ATTENTION_CHOICES)}, not {hp.attention!r}")
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    skipped = []
-    for route in routes or ATTENTION_CHOICES[hp.attention]:
-        kernel, load, needs = _ROUTES[route]
-        if needs is not None and (capability is None or capability < needs
-                                  or (needs == (9, 0) and capability[0] != 9)):  # FA3: Hopper only
-            have = "no CUDA GPU" if capability is None else f"compute capability {capability[0]}.{capability[1]}"
-            skipped.append(f"{route}: needs {'a Hopper GPU' if needs == (9, 0) else 'compute capability 8.0+'} ({have})")
-            continue
-        try:
-            return Attention(kernel, route, load(hp), tuple(skipped))
-        except Exception as e:  # whatever stops a route (missing module, bad library, no hub) falls through to the next
-            skipped.append(f"{route}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
-    if routes:
-        raise SystemExit(f"error: this rank cannot load the attention route that rank 0 chose ({'; '.join(skipped)})")
-    fix = f"to get FlashAttention-3, {FA3_INSTALL}" if hp.attention == "fa3" else "use --attention auto"
-    raise SystemExit(f"error: --attention {hp.attention} is not available here ({'; '.join(skipped)}); {fix}")
-
-
-def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float,
-           window: int, backend: str) -> Tensor:
-    """Causal attention within documents and within `window` keys behind each query.
-
-    q, k, v: (T, heads, head_dim); cu_seqlens: (capacity,) int32 document starts, padded with T.
-    backend: Attention.kernel.
-    """
-    if backend == "fa3":
-        y = FA3.varlen_func(q, k, v, cu_seqlens_q=cu_seqlens, cu_seqlens_k=cu_seqlens, max_seqlen_q=max_len,
-                            max_seqlen_k=max_len, softmax_scale=scale, causal=True, window_size=(window, 0))
-        return y[0] if isinstance(y, tuple) else y
-    if backend == "varlen":
-        from torch.nn.attention.varlen import varlen_attn
-        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len, scale=scale, window_size=(window, 0))
-    # masked SDPA: the same function with an explicit (T, T) mask, for CPUs and tests
-    pos = torch.arange(q.size(0), device=q.device)
-    doc = torch.searchsorted(cu_seqlens[1:], pos.to(cu_seqlens.dtype), right=True)
-    behind = pos[:, None] - pos[None, :]
-    mask = (doc[:, None] == doc[None, :]) & (behind >= 0) & (behind <= window)
-    y = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1),
-                                       attn_mask=mask, scale=scale)
-    return y.transpose(0, 1)
-
-# -----------------------------------------------------------------------------
 # GPT: one flattened forward over the layers (no Block classes), the weights in banks
 
 @dataclass(frozen=True)
@@ -965,7 +401,6 @@ class ForwardSchedule:
     long_window: int
     max_seq_len: int
     mtp_weights: Tensor  # (K,) fp32 on device; loss weight of predicting token t+1+k
-    fault_layer: int = -1  # fault injection for tests of the non-finite guard: NaN out of this layer's MLP
 
 
 class GPT(nn.Module):
@@ -1049,12 +484,10 @@ class GPT(nn.Module):
         self.rotary_paired.extend(old_window, new_window)
 
     def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
-                sched: ForwardSchedule, probe=None) -> Tensor:
+                sched: ForwardSchedule) -> Tensor:
         """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32.
-        Training: returns the summed MTP loss over positions. Eval: the mean next-token loss.
-        probe(name, tensor), if given (eager replay only), sees each sublayer's output."""
+        Training: returns the summed MTP loss over positions. Eval: the mean next-token loss."""
         cfg = self.cfg
-        probe = probe or (lambda name, t: None)
         T, V, G = inputs.size(0), cfg.vocab_size, cfg.gate_channels
         # Per-layer views of the banks and scalars, unbound once so that backward stacks them in
         # one kernel instead of a select-backward per layer.
@@ -1083,8 +516,6 @@ class GPT(nn.Module):
         x = torch.cat([x[:1], x[1:] + smear * x[:-1]])
         x0 = norm(x)
         bigram = self._lookup("bigram_embed", bigram_inputs[None])[0]  # (T, D)
-        probe("embed", x0)
-        probe("bigram_embed", bigram)
 
         lane0, lane1 = x0 + bigram_lam[0] * bigram, None
         skip = backout = None
@@ -1102,7 +533,6 @@ class GPT(nn.Module):
                                     value_embed.get(layer), ve_gate.get(layer), cu_seqlens, sched,
                                     window=sched.long_window if long else sched.short_window,
                                     paired=paired, key_offset=long)
-                probe(f"layer{layer}.attn", y)
                 inject = x0_lam[layer] * x0 + (bigram_lam[layer] * bigram if layer > 0 else 0)
                 if lane1 is None:  # single lane: no post-attention lambda
                     lane0 = resid_attn[layer] * lane0 + y + inject
@@ -1112,9 +542,6 @@ class GPT(nn.Module):
             if layer == cfg.skip_from:
                 skip = lane0
             y = mlp(norm(lane0 if lane1 is None else lane1), w_in[layer], w_out[layer])
-            if layer == sched.fault_layer:
-                y = y * float("nan")
-            probe(f"layer{layer}.mlp", y)
             lane0 = resid_mlp[layer] * lane0 + post_mlp0[layer] * y
             if lane1 is not None:
                 lane1 = resid_mlp[layer] * lane1 + post_mlp1[layer] * y
@@ -1125,10 +552,8 @@ class GPT(nn.Module):
         x = norm(x - backout_lam * backout)  # drop what early layers kept only for context
         A, B, C = cfg.logit_cap  # soft cap (Gemma 2; shifted sigmoid form by @YouJiacheng, @classiclarryd)
         if self.training:
-            loss, losses = head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
-                                        cfg.head_w_scale, cfg.head_grad_scale, cfg.fp8_head)[:2]
-            probe("head.losses", losses)
-            return loss
+            return head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
+                                cfg.head_w_scale, cfg.head_grad_scale, cfg.fp8_head)[0]
         loss = x.new_zeros((), dtype=torch.float32)
         for xc, tc in zip(x.split(cfg.eval_chunk), targets.split(cfg.eval_chunk)):  # bounds the logits' memory
             logits = A * torch.sigmoid((xc @ self.lm_head + B) / C)
@@ -1540,6 +965,266 @@ class NorMuonAdam:
                     self.state[name][key] = value
 
 # -----------------------------------------------------------------------------
+# Data: BOS-aligned training micro-batches, contiguous validation tokens (the shard format: data/shards.py)
+
+def cut_micro_batches(bos: np.ndarray, size: int, doc: int, need: int, max_seq_len: int,
+                      count: int = MICRO_BATCHES) -> tuple[list[tuple[np.ndarray, np.ndarray]], int] | None:
+    """Cut `count` micro-batches of `need` tokens from a shard of `size` tokens, from its document `doc` on: each
+    sequence starts at a BOS and stops at max_seq_len (the rest of that document is skipped), the last one is cut
+    to fit. Returns ([(starts, lengths)] per micro-batch, the next document), or None if the shard runs out."""
+    cuts = []
+    for _ in range(count):
+        looked = 64  # documents looked at, grown until they hold `need` tokens (each holds at least one)
+        while True:
+            starts = bos[doc:doc + looked]
+            ends = np.append(bos[doc + 1:doc + looked + 1], size)[:starts.size]
+            lengths = np.minimum(ends - starts, max_seq_len)
+            total = np.cumsum(lengths)
+            k = int(np.searchsorted(total, need))  # first document at which `need` is reached
+            if k < total.size:
+                break
+            if starts.size < looked:
+                return None
+            looked *= 4
+        lengths = lengths[:k + 1].copy()
+        lengths[k] -= total[k] - need
+        cuts.append((starts[:k + 1], lengths))
+        doc += k + 1
+    return cuts, doc
+
+
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def bigram_hash(tokens: np.ndarray, table_size: int) -> np.ndarray:
+    """Row of the bigram table for each (previous, current) token pair; position 0 gets the spare last row.
+    Multipliers spread pairs over the table; pairs across document boundaries are hashed too."""
+    t = tokens.astype(np.int64)
+    out = np.empty_like(t)
+    out[0] = table_size - 1
+    out[1:] = ((36313 * t[1:]) ^ (27191 * t[:-1])) % (table_size - 1)
+    return out.astype(np.int32)
+
+
+@dataclass
+class MicroBatch:
+    inputs: Tensor  # (T,) int32
+    targets: Tensor  # (T,) int64, inputs shifted by one
+    cu_seqlens: Tensor  # (capacity,) int32: 0, sequence ends..., then T as padding
+    bigram: Tensor  # (T,) int32 rows of the bigram table
+
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs, self.targets, self.cu_seqlens, self.bigram
+
+
+class IndexedShard:
+    """A shard's tokens with the position of every BOS (scanned and checked before the run: check_data)."""
+
+    def __init__(self, path: Path, bos: np.ndarray):
+        self.path, self.bos = path, bos
+        pinned = torch.empty(read_header(path), dtype=torch.uint16, pin_memory=torch.cuda.is_available())
+        self.tokens = read_tokens(path, out=pinned.numpy())  # straight into pinned memory: copies to the GPU are async
+
+    @staticmethod
+    def load_async(path: Path, bos: np.ndarray):
+        """Start loading in a background thread; returns a function that waits for the shard."""
+        box = {}
+
+        def work():
+            try:
+                box["shard"] = IndexedShard(path, bos)
+            except Exception as e:  # re-raised in the caller's thread
+                box["error"] = e
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+
+        def get() -> IndexedShard:
+            thread.join()
+            if "error" in box:
+                raise box["error"]
+            return box["shard"]
+        return get
+
+
+class CuSeqlensCapacity:
+    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
+
+    Sized from the data (the most documents that start in any window of the micro-batch's length,
+    plus a margin), never from a guessed median document length; if a batch still needs more
+    entries, the buffer grows (one recompile, logged) instead of failing.
+    """
+
+    MARGIN = 1.25  # room for micro-batches denser in documents than any window of the first shard
+
+    def __init__(self, log=print):
+        self.capacity: dict[int, int] = {}
+        self.log = log
+
+    def fit(self, micro_tokens: int, bos: np.ndarray, needed: int) -> int:
+        if micro_tokens not in self.capacity:
+            ends = np.searchsorted(bos, bos + micro_tokens)
+            densest = int((ends - np.arange(len(bos))).max()) if len(bos) else 1
+            self.capacity[micro_tokens] = round_up(int(densest * self.MARGIN) + 2, 128)
+        if needed > self.capacity[micro_tokens]:
+            self.capacity[micro_tokens] = round_up(needed, 128)
+            self.log(f"cu_seqlens capacity for {micro_tokens}-token micro-batches grown to "
+                     f"{self.capacity[micro_tokens]} (documents are shorter than sampled; one recompile)")
+        return self.capacity[micro_tokens]
+
+
+def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
+                     device: torch.device) -> MicroBatch:
+    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
+    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
+    T = buf.size - 1
+    cu = np.full(capacity, T, dtype=np.int32)
+    cu[0] = 0
+    cu[1:seq_ends.size + 1] = seq_ends
+    pin = device.type == "cuda"
+
+    def to_device(a: np.ndarray) -> Tensor:
+        t = torch.from_numpy(a)
+        return t.pin_memory().to(device, non_blocking=True) if pin else t
+    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
+                      to_device(bigram))
+
+
+@dataclass
+class StepData:
+    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
+    bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
+
+
+class TrainLoader:
+    """Each step cuts MICRO_BATCHES micro-batches from the token stream, each T+1 tokens of whole-document starts:
+    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
+    document is skipped). The micro-batches of a step come from one shard: when it cannot supply all of
+    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
+    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
+
+    def __init__(self, index: dict[Path, np.ndarray], hp: Hyperparameters, rank: int, world_size: int,
+                 device: torch.device, bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
+                 track_bigram_rows: bool = False):
+        """index: the train shards in order, with their BOS positions (check_data)."""
+        self.files, self.index = list(index), index
+        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
+        self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
+        self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
+        self.next_file = self.shard_index
+        self.shard = self._open_next()()
+        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
+
+    def position(self) -> tuple[int, int]:
+        """Where the next batch starts: pass it back as `start` to resume here."""
+        return self.shard_index, self.doc
+
+    def _open_next(self):
+        if self.next_file >= len(self.files):
+            return None
+        get = IndexedShard.load_async(self.files[self.next_file], self.index[self.files[self.next_file]])
+        self.next_file += 1
+        return get
+
+    def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
+        """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
+        while (cut := cut_micro_batches(self.shard.bos, self.shard.tokens.size, self.doc, micro_tokens + 1,
+                                        max_seq_len)) is None:
+            self._advance_shard()
+        cuts, self.doc = cut
+        mine, rows = [], [[] for _ in range(self.world_size)] if self.track_bigram_rows else None
+        for slot, (starts, lengths) in enumerate(cuts):
+            owner = slot % self.world_size
+            if owner != self.rank and rows is None:
+                continue
+            buf = np.concatenate([self.shard.tokens[s:s + n] for s, n in zip(starts, lengths)])
+            bigram = bigram_hash(buf[:-1], self.bigram_rows)
+            if rows is not None:
+                rows[owner].append(bigram)
+            if owner == self.rank:
+                seq_ends = np.cumsum(lengths)
+                seq_ends[-1] -= 1  # the final token is only a target
+                cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
+                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
+        return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
+
+    def _advance_shard(self):
+        if self._prefetch is None:
+            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
+                            f"{self.hp.train_files!r}; add shards or shorten the schedule")
+        self.shard, self.doc = self._prefetch(), 0
+        self.shard_index += 1
+        self._prefetch = self._open_next()
+
+
+class ValData:
+    """The first val_tokens (+1 for the last target) of the validation shards, read contiguously.
+    Rank r reads micro-batches r, r + world, ... so the ranks together cover every token once."""
+
+    def __init__(self, hp: Hyperparameters, files: list[Path], rank: int, world_size: int, device: torch.device,
+                 bigram_rows: int):
+        """files: the validation shards that hold the tokens, all below the vocabulary size (check_data)."""
+        T = hp.val_micro_batch_tokens
+        tokens = np.concatenate([read_tokens(f) for f in files])[:hp.val_tokens + 1]
+        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
+        self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
+        self.bos_id = hp.bos_id
+        self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
+
+    def _seq_ends(self, i: int) -> np.ndarray:
+        inputs = self.tokens[i * self.T:(i + 1) * self.T]
+        starts = np.flatnonzero(inputs == self.bos_id)
+        return np.append(starts[starts > 0], self.T).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self.my_batches)
+
+    def batch(self, j: int) -> MicroBatch:
+        i = self.my_batches[j]
+        buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
+        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
+                                self.device)
+
+
+@dataclass
+class CheckedData:
+    train: dict[Path, np.ndarray]  # the train shards in order, with their BOS positions (the loader's index)
+    val: list[Path]  # the validation shards that hold the val tokens
+    report: str  # for the log
+
+
+def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> CheckedData:
+    """Before anything is built: every train shard's header and token ids (memory-mapped, in parallel), the
+    validation tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over
+    the BOS positions alone."""
+    per_step = hp.val_micro_batch_tokens * world_size
+    if hp.val_tokens % per_step:
+        raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
+                        f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
+    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
+    files, bos = list(index), list(index.values())
+    sizes = [read_header(f) for f in files]
+    shard, doc, taken = 0, 0, 0
+    for step in range(schedule.total_steps):
+        settings = schedule.at(step)
+        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
+                                        settings.seq_len)) is None:
+            shard, doc = shard + 1, 0
+            if shard == len(files):
+                raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) "
+                                f"cover {step} of the schedule's {schedule.total_steps} steps (documents are cut at "
+                                f"{hp.stage_seq_lens} tokens: the rest of a longer one is skipped; with short lines of "
+                                "text, tokenize with --line_docs); add shards or shorten the schedule")
+        doc = cut[1]
+        taken += MICRO_BATCHES * (settings.micro_batch_tokens + 1)
+    report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
+              f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
+              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)")
+    return CheckedData(index, val_files, report)
+
+# -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
 # extension stage (@varunneal MTP schedule, @classiclarryd window/YaRN schedules)
 
@@ -1565,13 +1250,9 @@ class Schedule:
         self.hp = hp
         S = hp.num_scheduled_steps
         self.total_steps = S + hp.num_extension_steps
-        for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights"):
-            if len(getattr(hp, name)) != self.NUM_STAGES:
-                raise SystemExit(f"error: --{name} needs one entry per stage (3), got {getattr(hp, name)!r}")
-        if len(hp.stage_windows) != self.NUM_STAGES + 1:
-            raise SystemExit("error: --stage_windows needs (short, long) for the 3 stages and the extension")
-        if S < self.NUM_STAGES:
-            raise SystemExit("error: --num_scheduled_steps must be at least 3 (one per stage)")
+        assert S >= self.NUM_STAGES and len(hp.stage_windows) == self.NUM_STAGES + 1 and all(
+            len(getattr(hp, name)) == self.NUM_STAGES
+            for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights")), "validate()"
         # stage i covers steps [bounds[i], bounds[i + 1]); the last one is the extension
         self.bounds = [round(i * S / self.NUM_STAGES) for i in range(self.NUM_STAGES + 1)] + [self.total_steps]
         self.transition_steps = self.bounds[1:-1]
@@ -1581,6 +1262,16 @@ class Schedule:
         self.stages = [*zip(hp.micro_batch_tokens, hp.stage_seq_lens, hp.stage_lr_muls, hp.stage_mtp_weights),
                        extension]  # (micro-batch tokens, seq len, lr multiplier, (start, end) MTP weights) by stage
         self.mtp_width = max(len(w) for start_end in hp.stage_mtp_weights for w in start_end)
+
+    def rotary_extensions(self, step: int) -> list[tuple[int, int]]:
+        """The YaRN extensions applied by `step`, as (old, new) long windows in tokens: one at each stage
+        transition where the long window grows."""
+        block, extensions, long = self.hp.window_block, [], self.at(0).windows[1]
+        for s in self.transition_steps:
+            if s <= step and self.at(s).windows[1] != long:
+                extensions.append((long * block, self.at(s).windows[1] * block))
+                long = self.at(s).windows[1]
+        return extensions
 
     def stage(self, step: int) -> tuple[int, float]:
         """(stage, fraction of the way through it); steps past the end (the final validation) are the extension's."""
@@ -1617,219 +1308,6 @@ class Schedule:
         return hi
 
 # -----------------------------------------------------------------------------
-# Logging: the log file holds this script, the kernels, versions, nvidia-smi and the resolved config
-
-# Dense bf16 tensor-core peaks from the datasheets (SXM parts), for MFU: nominal, not measured
-NOMINAL_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
-
-
-def nominal_peak_tflops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((tflops for gpu, tflops in NOMINAL_BF16_TFLOPS.items() if gpu in name), None)
-
-
-def compile_time_breakdown() -> str:
-    """Where torch.compile's share of the start-up went, from its own counters (seconds summed over all graphs)."""
-    names, values = torch._dynamo.utils.compile_times(repr="csv")
-    seconds = collections.Counter({name: sum(map(float, str(v).split(","))) for name, v in zip(names, values)})
-    return (f"{seconds['_compile.compile_inner']:.1f}s in compiled frames (forward graphs incl. their Inductor work), "
-            f"Inductor {seconds['compile_fx_inner']:.1f}s over forward and backward graphs, of which "
-            f"{seconds['async_compile.wait'] + seconds['PyCodeCache.load_by_key_path']:.1f}s building and loading kernels")
-
-
-class Logger:
-    def __init__(self, hp: Hyperparameters, is_master: bool, fresh: bool = True):
-        """fresh: start the log anew (a resumed run appends to its log instead)."""
-        self.path = None
-        if is_master:
-            os.makedirs(hp.log_dir, exist_ok=True)
-            self.path = os.path.join(hp.log_dir, f"{hp.run_id}.txt")
-            if fresh:
-                open(self.path, "w").close()
-
-    def __call__(self, msg: str, console: bool = True):
-        if self.path is None:
-            return
-        if console:
-            print(msg, flush=True)
-        with open(self.path, "a") as f:
-            print(msg, file=f)
-
-    def record_environment(self, hp: Hyperparameters):
-        here = Path(__file__).resolve().parent
-        for path in [here / "train_gpt.py", *sorted((here / "kernels").glob("*.py"))]:
-            self(f"{'=' * 100}\n# {path.relative_to(here)}\n{path.read_text()}", console=False)
-        self("=" * 100, console=False)
-        self(f"Python {sys.version}\nPyTorch {torch.__version__} (CUDA {torch.version.cuda})", console=False)
-        try:
-            import triton
-            self(f"Triton {triton.__version__}", console=False)
-        except ImportError:
-            pass
-        if torch.cuda.is_available():
-            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
-            self(smi.stdout or smi.stderr, console=False)
-        self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(hp).items()))
-
-# -----------------------------------------------------------------------------
-# Reliability: catch a non-finite loss or gradient without per-step syncs, capture the failing
-# step (state before it + its batch), and replay it eagerly, naming the first non-finite tensor
-
-FAULT_LAYER = 5  # --inject_fault_step poisons this layer's MLP output
-
-
-class NonFiniteError(RuntimeError):
-    """Training produced a non-finite loss or gradient; the message says where the capture is."""
-
-
-class NonFiniteGuard:
-    """Remembers on the device the first step whose losses or reduced gradient shards were not all finite, and
-    whether a rank was asked to stop (so that all ranks stop at the same step).
-
-    observe() folds in values the step computes anyway (each micro-batch's loss, the norms of the gradient
-    shards the optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
-    the flags, agreed over ranks, to the host; published() reads the copy started at the previous check, long
-    done by then, so the loop never drains the GPU's queue for it. read() is the waiting version, for points
-    where the loop waits anyway (validations)."""
-    NONE = 2**62
-
-    def __init__(self, device: torch.device, distributed: bool):
-        self.flags = torch.tensor([self.NONE, 0], dtype=torch.int64, device=device)  # [first bad step, -stop]
-        self.distributed = distributed
-        self._host = self.flags.new_empty(2, device="cpu", pin_memory=device.type == "cuda").copy_(self.flags)
-        self._copied = torch.cuda.Event() if device.type == "cuda" else None
-
-    def observe(self, step: int, losses: list[Tensor], grad_norms: list[Tensor]):
-        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in grad_norms)])
-        bad = ~torch.isfinite(values).all()
-        self.flags[0] = torch.where(bad & (self.flags[0] == self.NONE), step, self.flags[0])
-
-    def request_stop(self):
-        self.flags[1] = -1
-
-    def _agreed(self) -> Tensor:
-        flags = self.flags.clone()
-        if self.distributed:  # the first bad step of any rank; -1 if any rank asks to stop
-            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-        return flags
-
-    def publish(self):
-        self._host.copy_(self._agreed(), non_blocking=True)
-        if self._copied is not None:
-            self._copied.record()
-
-    def published(self) -> tuple[int | None, bool]:
-        """(first bad step or None, whether a rank asked to stop) as of the previous publish()."""
-        if self._copied is not None:
-            self._copied.synchronize()
-        return self._decode(self._host.tolist())
-
-    def read(self) -> tuple[int | None, bool]:
-        """The same, as of now (waits for the device)."""
-        return self._decode(self._agreed().tolist())
-
-    def _decode(self, flags: list[int]) -> tuple[int | None, bool]:
-        return (None if flags[0] == self.NONE else flags[0]), flags[1] < 0
-
-    def reset(self):
-        self.flags.copy_(torch.tensor([self.NONE, 0]))
-        self._host.copy_(self.flags)
-
-
-class StopRequest:
-    """SIGINT or SIGTERM during the training loop: stop at a step boundary (the next one in one process; on
-    several ranks, the one where they agree: the guard's check after next), log why and save a checkpoint.
-    During start-up, or a second time, stop at once."""
-
-    def __init__(self):
-        self.reason, self.in_loop = None, False
-
-    def __call__(self, signum, frame):
-        name = signal.Signals(signum).name
-        if not self.in_loop or self.reason is not None:
-            raise KeyboardInterrupt(name)
-        self.reason = name
-        print(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)", file=sys.stderr)
-
-
-class Stopped(RuntimeError):
-    """The run stopped on a signal; the message says where it was saved."""
-
-
-def save_atomically(obj, path: str):
-    """torch.save to a temporary name, then rename: a reader never sees a half-written file."""
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def copy_tree(tree, into=None, device=None):
-    """Copy of nested dicts of tensors and plain values; into `into`'s tensors when given (same structure: no
-    allocation), else into new ones (on `device` if given)."""
-    if isinstance(tree, dict):
-        return {k: copy_tree(v, None if into is None else into.get(k), device) for k, v in tree.items()}
-    if isinstance(tree, Tensor):
-        return tree.detach().to(device, copy=True) if into is None else into.copy_(tree)
-    return tree
-
-
-def first_nonfinite(named: list[tuple[str, Tensor | None]]) -> list[str]:
-    return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
-
-
-def replay(hp: Hyperparameters) -> int:
-    """Re-run a captured step eagerly; print which activations, gradients and updates went non-finite."""
-    try:  # weights_only: tensors and plain containers only, so a crafted .pt file cannot run code
-        capture = torch.load(hp.replay, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise SystemExit(f"error: {hp.replay} is not a capture written by train_gpt.py (refused to unpickle "
-                         f"anything but tensors and plain containers): {str(e).splitlines()[0]}") from None
-    saved = Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
-    saved.device, saved.compile = hp.device, False  # the replaying machine's device; eager, for the probes
-    rt = setup_runtime(saved)
-    rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's micro-batches
-    model = build_model(saved, rt)
-    model.load_state_dict(capture["model"])
-    model.load_gradients(capture["grads"])
-    model.reset_rotary()
-    for old, new in capture["rotary_extensions"]:
-        model.extend_rotary(old, new)
-    f = capture["forward"]
-    sched = ForwardSchedule(f["short_window"], f["long_window"], f["max_seq_len"],
-                            torch.tensor(f["mtp_weights"], device=rt.device), f["fault_layer"])
-    print(f"replaying step {capture['step']} of run {saved.run_id} (rank {capture['rank']} of "
-          f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
-    found = False
-    for i, batch in enumerate(capture["batches"]):
-        mb = MicroBatch(*(batch[k].to(rt.device) for k in ("inputs", "targets", "cu_seqlens", "bigram")))
-        probes = []
-        loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched,
-                     probe=lambda name, t: probes.append((name, t.detach())))
-        (loss * model.cfg.loss_scale).backward()
-        bad = first_nonfinite(probes)
-        if bad:
-            print(f"micro-batch {i}: first non-finite activation: {bad[0]} (then {', '.join(bad[1:4]) or 'none'})")
-            found = True
-    bad_grads = first_nonfinite(list(model.gradients().items()))
-    if bad_grads:
-        print(f"non-finite gradients: {', '.join(bad_grads)}")
-        found = True
-    if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
-        optimizer = NorMuonAdam(model, saved, rt, compile=False)
-        optimizer.load_state_dict(capture["optimizer"])
-        optimizer.step(*capture["optimizer_args"])
-        bad_params = first_nonfinite(list(model.named_parameters()))
-        if bad_params:
-            print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")
-            found = True
-    if not found:
-        print("forward, backward and update are finite on replay: the failure did not reproduce here "
-              "(nondeterministic kernels, a hardware fault, or a different device)")
-    return 1 if found else 0
-
-# -----------------------------------------------------------------------------
 # Training: micro-steps as CUDA graphs, then the Trainer (steps, validation, warm-up, rewinds, the loop)
 
 class MicroStepGraphs:
@@ -1851,8 +1329,7 @@ class MicroStepGraphs:
         self.pool = torch.cuda.graph_pool_handle()
 
     def __call__(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
-        key = (*(t.shape for t in mb.tensors()), sched.short_window, sched.long_window, sched.max_seq_len,
-               sched.fault_layer)
+        key = (*(t.shape for t in mb.tensors()), sched.short_window, sched.long_window, sched.max_seq_len)
         if key not in self.graphs:
             if key not in self.seen:
                 self.seen.add(key)
@@ -1870,14 +1347,12 @@ class MicroStepGraphs:
 
 
 class Trainer:
-    """Owns the model, optimizer, schedule and data; runs steps, validations, warm-up and rewinds."""
+    """Owns the model, optimizer, schedule and data; runs steps, validations, the warm-up and rewinds."""
 
-    def __init__(self, hp: Hyperparameters, rt: Runtime, log: Logger, train_index: dict[Path, np.ndarray] | None = None,
-                 stop: StopRequest | None = None):
-        """train_index: check_data's (checked here when not given); stop: the signal handler's request."""
-        self.hp, self.rt, self.log = hp, rt, log
-        self.schedule = Schedule(hp)
-        self.train_index = train_index or check_data(hp, self.schedule, rt.world_size)[0]
+    def __init__(self, hp: Hyperparameters, rt: Runtime, schedule: "Schedule", data: CheckedData, log: Logger,
+                 stop: StopRequest):
+        """data: check_data's; stop: the signal handler's request."""
+        self.hp, self.rt, self.schedule, self.train_index, self.log = hp, rt, schedule, data.train, log
         self.model = build_model(hp, rt)
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
@@ -1885,16 +1360,17 @@ class Trainer:
         self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
-        self.val = ValData(hp, rt.rank, rt.world_size, rt.device, self.bigram_rows)
+        self.val = ValData(hp, data.val, rt.rank, rt.world_size, rt.device, self.bigram_rows)
         self.loader = self.new_loader()
-        self.mtp_table = torch.tensor([self.schedule.at(s).mtp_weights for s in range(self.schedule.total_steps + 1)],
+        self.mtp_table = torch.tensor([schedule.at(s).mtp_weights for s in range(schedule.total_steps + 1)],
                                       device=rt.device)  # (steps + 1, K)
         self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
         self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
         self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
-        self.stop = stop or StopRequest()
+        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size)
+        self.stop, self.watch = stop, Watch(self, stop, self.checkpoints, log)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
@@ -1910,18 +1386,14 @@ class Trainer:
         settings, block = self.schedule.at(step), self.hp.window_block
         short, long = settings.windows
         self.mtp_weights.copy_(self.mtp_table[step])
+        if step == self.hp.inject_fault_step:  # --inject_fault_step: this step's loss and gradients go NaN
+            self.mtp_weights.fill_(float("nan"))
         return ForwardSchedule(short * block, (self.hp.final_long_window if final else long) * block,
-                               settings.seq_len, self.mtp_weights,
-                               FAULT_LAYER if step == self.hp.inject_fault_step else -1)
+                               settings.seq_len, self.mtp_weights)
 
     def set_rotary(self, step: int):
         """YaRN-extend the rotary tables whenever the long window grows (reset first when rewinding)."""
-        block, at = self.hp.window_block, self.schedule.at
-        wanted, long = [], at(0).windows[1]
-        for s in self.schedule.transition_steps:
-            if s <= step and at(s).windows[1] != long:
-                wanted.append((long * block, at(s).windows[1] * block))
-                long = at(s).windows[1]
+        wanted = self.schedule.rotary_extensions(step)
         if wanted[:len(self.rotary_extensions)] != self.rotary_extensions:
             self.model.reset_rotary()
             self.rotary_extensions = []
@@ -1929,7 +1401,10 @@ class Trainer:
             self.model.extend_rotary(old, new)
             self.rotary_extensions.append((old, new))
 
-    def evaluate(self, sched: ForwardSchedule) -> Tensor:
+    def validate(self, step: int, final: bool) -> float:
+        """The mean validation loss over all ranks, with the windows of `step` (final: the final long window)."""
+        self.set_rotary(step)
+        sched = self.forward_schedule(step, final)
         self.model.eval()
         with torch.no_grad():
             total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
@@ -1938,7 +1413,7 @@ class Trainer:
         loss = total / len(self.val)
         if self.rt.distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        return loss
+        return loss.item()
 
     def next_batches(self, step: int) -> StepData:
         settings = self.schedule.at(step)
@@ -1993,34 +1468,6 @@ class Trainer:
         self.loader = self.new_loader(snap["loader"])
         self.set_rotary(snap["step"])
 
-    def capture_failure(self, good: dict, bad_step: int, detected_at: int) -> str:
-        """Rewind to the last good snapshot, re-run to the failing step, save a capture of the state
-        before it with its batches, then run it to see whether the failure reproduces."""
-        self.restore(good)
-        for step in range(good["step"], bad_step):
-            self.train_step(step, self.next_batches(step))
-        self.set_rotary(bad_step)
-        data = self.next_batches(bad_step)
-        sched = self.forward_schedule(bad_step)
-        capture = dict(
-            step=bad_step, detected_at=detected_at, rank=self.rt.rank, world_size=self.rt.world_size,
-            grad_accum_steps=self.rt.grad_accum_steps, config=dataclasses.asdict(self.hp),
-            model=copy_tree(self.model.state_dict(), device="cpu"),  # copies: the step runs next
-            grads=copy_tree(self.model.gradients(), device="cpu"), touched=copy_tree(self.optimizer.touched),
-            optimizer=copy_tree(self.optimizer.state_dict(), device="cpu"), optimizer_args=self.optimizer_args(bad_step),
-            rotary_extensions=list(self.rotary_extensions),
-            forward=dict(short_window=sched.short_window, long_window=sched.long_window,
-                         max_seq_len=sched.max_seq_len, mtp_weights=sched.mtp_weights.tolist(),
-                         fault_layer=sched.fault_layer),
-            batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
-                     for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
-        self.guard.reset()
-        self.train_step(bad_step, data)
-        capture["reproduced"] = self.guard.read()[0] == bad_step
-        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
-        save_atomically(capture, path)
-        return path
-
     def warmup(self):
         """Untimed: compile every training shape the run will time by running the first steps and the steps
         around each stage transition on real data, then restore the initial state. Validation graphs are
@@ -2044,196 +1491,69 @@ class Trainer:
             self.log(f"compile: {compile_time_breakdown()}")
 
     def run(self, resume: dict | None = None):
-        """Warm up, then train and validate to the end. resume: a checkpoint (from save_checkpoint) to go on from."""
-        hp, rt, schedule, log = self.hp, self.rt, self.schedule, self.log
+        """Warm up, then train and validate to the end. resume: a checkpoint (Checkpoints.save) to go on from."""
+        hp, schedule, log, total = self.hp, self.schedule, self.log, self.schedule.total_steps
         if hp.warmup and (hp.compile or self.graphs):  # eager steps on the CPU have nothing to prepare
             self.warmup()
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
-        start, train_ms, stage_ms, stage_start_ms = 0, 0.0, {}, 0.0
-        if resume is not None:
+        start = resume["state"]["step"] if resume else 0
+        if resume:
             self.restore(resume["state"])
-            start, train_ms, stage_start_ms = resume["state"]["step"], resume["train_ms"], resume["stage_start_ms"]
-            stage_ms = dict(resume["stage_ms"])
-            log(f"resumed at step {start} ({train_ms / 1000:.1f} s of training done)")
-        self.sync()
+            log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
+        clock = TrainClock(schedule.bounds, self.sync, resume)
+        clock.start()
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
-        profiler = self.make_profiler()
-        total = schedule.total_steps
-        good, pending = self.snapshot(start), None  # see guard_check
-        val_loss, t0 = float("nan"), time.perf_counter()
-        # ranks agree on a stop through the guard's checks: without them, a signal stops at once (nothing saved)
-        self.stop.in_loop = not (rt.distributed and hp.guard_every == 0)
+        profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
+        self.watch.begin(start)
         for step in range(start, total + 1):
             last = step == total
-            if step > 0 and step in schedule.bounds:  # a stage ends: sync only here, to report ms/step per stage
-                self.sync()
-                now_ms = train_ms + 1000 * (time.perf_counter() - t0)
-                ended = schedule.stage(step - 1)[0]
-                stage_ms[ended] = (now_ms - stage_start_ms) / (step - schedule.bounds[ended])
-                stage_start_ms = now_ms
+            clock.at_step(step)
             if last:  # before the final validation, so that its line ends the log
-                log("ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in sorted(stage_ms.items())))
+                log(clock.stage_line())
             validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
-            stop = self.stop.reason is not None and not rt.distributed  # one process: at once; ranks: agreed below
-            if step > start and hp.guard_every > 0 and (validate or step % hp.guard_every == 0):  # the guard's cost
-                good, pending, agreed = self.guard_check(step, validate, good, pending)
-                stop = stop or agreed
-            checkpointing = hp.save_checkpoint or hp.checkpoint_every > 0
-            saving = checkpointing and (stop or (last and hp.save_checkpoint) or (
-                hp.checkpoint_every > 0 and step > start and step % hp.checkpoint_every == 0))
+            stopping = self.watch.check(step, validate)  # a non-finite step raises here, with its capture
+            saving = self.checkpoints.due(step, start, last, stopping)
             if validate or saving:  # untimed
-                self.sync()
-                train_ms += 1000 * (time.perf_counter() - t0)
+                clock.pause()
             if saving:
-                path = self.save_checkpoint(self.state(step), train_ms, stage_ms, stage_start_ms)
-                log(f"checkpoint of step {step}: {path}")
-            if stop:
-                saved = (f"resume with: python3 train_gpt.py --resume {self.checkpoint_path(0)}" if checkpointing
-                         else "not saved (--save_checkpoint or --checkpoint_every saves it)")
-                raise Stopped(f"stopped by {self.stop.reason or 'a signal on another rank'} before step {step}; {saved}")
+                log(f"checkpoint of step {step}: {self.checkpoints.save(self.state(step), clock.state())}")
+            if stopping:
+                raise Stopped(f"stopped by {self.stop.reason or 'a signal on another rank'} before step {step}; "
+                              f"{self.checkpoints.resume_hint()}")
             if validate:
-                self.set_rotary(step)
-                val_loss = self.evaluate(self.forward_schedule(step, final=last)).item()
-                log(f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{train_ms:.0f}ms "
-                    f"step_avg:{train_ms / max(step, 1):.2f}ms")
+                val_loss = self.validate(step, final=last)
+                log(clock.step_line(step, total, val_loss))
             if validate or saving:
-                self.sync()
-                t0 = time.perf_counter()
+                clock.start()
             if last:
                 break
-            if hp.sync_debug and rt.device.type == "cuda":
-                torch.cuda.set_sync_debug_mode("warn")
-            self.train_step(step, self.next_batches(step))
-            if hp.sync_debug and rt.device.type == "cuda":
-                torch.cuda.set_sync_debug_mode(0)
-            if profiler is not None:
-                profiler.step()
-            approx_ms = train_ms + 1000 * (time.perf_counter() - t0)
-            log(f"step:{step + 1}/{total} train_time:{approx_ms:.0f}ms step_avg:{approx_ms / (step + 1):.2f}ms")
-        self.stop.in_loop = False
-        if rt.device.type == "cuda":
-            log(f"peak memory allocated: {torch.cuda.max_memory_allocated() // 2**20} MiB "
-                f"reserved: {torch.cuda.max_memory_reserved() // 2**20} MiB")
-        else:  # Linux reports the peak resident size in KiB
-            log(f"peak memory (resident): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 2**10} MiB")
-        self.summarize(val_loss, train_ms, stage_ms)
+            with sync_debug(hp.sync_debug and self.rt.device.type == "cuda"):
+                self.train_step(step, self.next_batches(step))
+            profiler.step()
+            log(clock.step_line(step + 1, total))
+        self.watch.end()
+        log(peak_memory(self.rt.device))
+        self.summarize(val_loss, clock)
 
-    def summarize(self, val_loss: float, train_ms: float, stage_ms: dict):
-        """The end of the log, for people: loss against chance (and the data's floor, when a loss_floor.txt beside
-        the validation shards states it), time, throughput and MFU by stage, where the log is."""
-        hp, log = self.hp, self.log
-        floor_file = Path(hp.val_files).parent / "loss_floor.txt"
-        floor = f"; the data's entropy floor {floor_file.read_text().strip()}" if floor_file.is_file() else ""
-        log(f"summary: val loss {val_loss:.4f} (chance: log(vocab) = {math.log(hp.vocab_size):.3f}{floor}); "
-            f"train time {train_ms / 1000:.1f} s over {self.schedule.total_steps} steps; log: {log.path}")
-        cfg = self.model.cfg
-        matmul_params = (4 * len(cfg.attn_layers) * cfg.model_dim ** 2 + 8 * cfg.num_layers * cfg.model_dim ** 2
-                         + cfg.model_dim * cfg.vocab_size)  # attention, MLP and head weights a token passes through
-        peak = nominal_peak_tflops(self.rt.device)
-        for i, ms in sorted(stage_ms.items()):
-            micro_tokens = self.schedule.at(self.schedule.bounds[i]).micro_batch_tokens
-            tokens_per_s = 8 * micro_tokens / (ms / 1000)  # the whole batch of 8 micro-batches, all ranks
-            mfu = (f"; MFU {100 * 6 * matmul_params * tokens_per_s / (peak * 1e12 * self.rt.world_size):.1f}% of the "
-                   f"nominal {peak:.0f} TFLOP/s bf16 peak per GPU" if peak else "")
-            log(f"stage {i + 1}: {ms:.1f} ms/step, {tokens_per_s:,.0f} tokens/s{mfu}")
-
-    def checkpoint_path(self, rank: int) -> str:
-        return os.path.join(self.hp.log_dir, f"{self.hp.run_id}_checkpoint_rank{rank}.pt")
-
-    def save_checkpoint(self, state: dict, train_ms: float, stage_ms: dict, stage_start_ms: float) -> str:
-        """This rank's part of the run (each rank holds its own optimizer shards), written atomically: a crash
-        while saving leaves the previous checkpoint whole."""
-        path = self.checkpoint_path(self.rt.rank)
-        save_atomically(dict(state=copy_tree(state, device="cpu"), train_ms=train_ms, stage_ms=stage_ms,
-                             stage_start_ms=stage_start_ms, config=dataclasses.asdict(self.hp),
-                             world_size=self.rt.world_size, rank=self.rt.rank), path)
-        return path
-
-    def guard_check(self, step: int, validate: bool, good: dict,
-                    pending: dict | None) -> tuple[dict, dict | None, bool]:
-        """Stop with a capture if the guard saw a non-finite value; else advance the snapshots and say whether the
-        ranks agreed to stop. `good`: the state at the last check known finite; `pending`: the one taken at the
-        latest check, known finite once the next check reads the flags published with it. Validations wait for the
-        GPU anyway, so they read the flags now."""
-        with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces
-            if self.stop.reason is not None:
-                self.guard.request_stop()
-            bad, stop = self.guard.read() if validate else self.guard.published()
-            if bad is not None:
-                if self.hp.save_checkpoint or self.hp.checkpoint_every > 0:
-                    path = self.save_checkpoint(good, float("nan"), {}, float("nan"))
-                    self.log(f"checkpoint of step {good['step']}, the last known finite: {path}")
-                path = self.capture_failure(good, bad, step)
-                raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
-                                     f"capture of the state before it and its batch: {path} (one per rank). "
-                                     f"Replay: python3 train_gpt.py --replay {path}")
-            if validate:  # everything so far is known finite
-                return self.snapshot(step, into=pending or good), None, stop
-            good, pending = (pending or good), self.snapshot(step, into=good if pending else None)
-            self.guard.publish()
-            return good, pending, stop
-
-    def make_profiler(self):
-        """--profile_steps a:b: a Chrome trace of steps a..b-1 on rank 0, for finding exposed communication."""
-        if not self.hp.profile_steps or not self.rt.is_master:
-            return None
-        try:
-            start, stop = (int(x) for x in self.hp.profile_steps.split(":"))
-        except ValueError:
-            raise SystemExit(f"error: --profile_steps {self.hp.profile_steps!r} must look like 10:13") from None
-        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_trace.json")
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.rt.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-
-        def save(prof):
-            prof.export_chrome_trace(path)
-            self.log(f"profiler trace of steps {start}..{stop - 1}: {path}")
-        profiler = torch.profiler.profile(
-            activities=activities, on_trace_ready=save,
-            schedule=torch.profiler.schedule(wait=start, warmup=0, active=stop - start, repeat=1))
-        profiler.start()
-        return profiler
+    def summarize(self, val_loss: float, clock: TrainClock):
+        m = self.model  # the weights a token passes through in matmuls: attention, the MLP layers in use, the head
+        matmul_params = m.attn_bank.numel() + m.mlp_bank[:m.cfg.num_layers].numel() + m.lm_head.numel()
+        step_tokens = {i: MICRO_BATCHES * self.schedule.at(b).micro_batch_tokens
+                       for i, b in enumerate(self.schedule.bounds[:-1])}
+        for line in summary(val_loss, self.hp.vocab_size, self.hp.val_files, clock, self.schedule.total_steps,
+                            step_tokens, 6 * matmul_params, self.rt.device, self.rt.world_size, self.log.path):
+            self.log(line)
 
 # -----------------------------------------------------------------------------
 # main
 
-# Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
-RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "compile", "cuda_graphs", "warmup", "save_checkpoint",
-                     "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "resume", "overwrite"}
-
-
-def load_checkpoint(hp: Hyperparameters, rank: int) -> tuple[Hyperparameters, dict]:
-    """This rank's checkpoint of the run that --resume names (its rank-0 file), and the run's settings: the saved
-    ones, with only RESUME_MAY_CHANGE taken from the command line."""
-    path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", hp.resume)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, pickle.UnpicklingError, RuntimeError) as e:
-        raise SystemExit(f"error: --resume: cannot read {path} as a checkpoint of train_gpt.py "
-                         f"({str(e).splitlines()[0]})") from None
-    saved = Hyperparameters(**checkpoint["config"])
-    defaults = Hyperparameters()
-    for field in dataclasses.fields(Hyperparameters):
-        given, was = getattr(hp, field.name), getattr(saved, field.name)
-        if field.name in RESUME_MAY_CHANGE:
-            setattr(saved, field.name, given if given != getattr(defaults, field.name) else was)
-        elif given != getattr(defaults, field.name) and given != was:
-            raise SystemExit(f"error: --{field.name} {given!r} differs from the resumed run's {was!r}; a resumed run "
-                             f"keeps its settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE))})")
-    saved.resume = hp.resume
-    return saved, checkpoint
-
-
 def main(argv: list[str] | None = None) -> int:
-    hp = parse_args(sys.argv[1:] if argv is None else argv)
-    if hp.replay:
-        return replay(hp)
+    hp = parse_args(sys.argv[1:] if argv is None else argv, Hyperparameters, validate)
+    configure_torch()
     stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
+        stop.install()
     log_of = lambda run_id: Path(hp.log_dir) / f"{run_id}.txt"  # noqa: E731
     if hp.run_id and not hp.resume and not hp.overwrite and log_of(hp.run_id).exists():
         raise SystemExit(f"error: --run_id {hp.run_id!r} is taken: {log_of(hp.run_id)} exists; choose another "
@@ -2251,22 +1571,21 @@ def main(argv: list[str] | None = None) -> int:
             if rt.distributed:
                 dist.broadcast_object_list(box, 0)
             hp.run_id = box[0]
-        log = Logger(hp, rt.is_master, fresh=resume is None)
+        log = Logger(hp.log_dir, hp.run_id, rt.is_master, fresh=resume is None)
         log(f"log: {log.path}" + (f" (resuming {hp.resume})" if resume else ""))
         log.record_environment(hp)
         try:
             schedule = Schedule(hp)
-            train_index, report = check_data(hp, schedule, rt.world_size)  # before the model is built
-            log(report)
-            trainer = Trainer(hp, rt, log, train_index, stop)
-            cfg = trainer.model.cfg
+            data = check_data(hp, schedule, rt.world_size)  # before the model is built
+            log(data.report)
+            trainer = Trainer(hp, rt, schedule, data, log, stop)
             log(f"attention: {rt.attention.description}")
             for note in rt.attention.skipped:
                 log(f"attention: skipped {note}")
             if rt.device.type != "cuda":
                 log("device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             else:
-                log(f"FP8 LM head: {cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
+                log(f"FP8 LM head: {trainer.model.cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log too
             log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}")

@@ -22,8 +22,8 @@ from huggingface_hub.utils import LocalEntryNotFoundError
 from huggingface_hub.utils import logging as hub_logging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # for train_gpt's shard functions
-from train_gpt import ShardError, read_shard_header  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards
+from data.shards import ShardError, read_header  # noqa: E402
 
 HUB_REPO = "kjj0/fineweb10B-gpt2"
 DEFAULT_TRAIN_SHARDS = 8
@@ -47,7 +47,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
         progress = f"[{i}/{len(names)}] {name}"
         if path.exists():
             try:
-                num_tokens = read_shard_header(path)
+                num_tokens = read_header(path)
             except ShardError as e:
                 print(f"{progress}: invalid ({e}); fetching it again")
                 path.unlink()
@@ -69,7 +69,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
                      f"selects a mirror), or copy {names[0]} and the train shards up to {names[-1]} into {out}/, "
                      "or train on other shards with train_gpt.py --train_files/--val_files")
         try:
-            read_shard_header(fetched)
+            read_header(fetched)
         except ShardError as e:
             sys.exit(f"download.py: the downloaded {name} is not a valid shard ({e}); delete it and rerun")
         paths.append(fetched)

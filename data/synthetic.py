@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # for train_gpt's shard functions
-from train_gpt import ShardError, read_shard_header, write_shard  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards
+from data.shards import ShardError, read_header, write_shard  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100
 DOC_LENGTH_SIGMA = 1.2  # log-normal spread: ~0.5% of documents have 1-5 tokens, a few run to thousands
@@ -120,7 +120,7 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
 
 def _holds(path: Path, num_tokens: int) -> bool:
     try:
-        return read_shard_header(path) == num_tokens
+        return read_header(path) == num_tokens
     except ShardError:
         return False
 

@@ -31,8 +31,8 @@ import numpy as np
 import tiktoken
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # for train_gpt's shard functions
-from train_gpt import write_shard  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards
+from data.shards import write_shard  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
 

@@ -33,7 +33,7 @@ def generated_code(tokens: int = 128) -> list[str]:
     from triton.runtime.errors import InterpreterError
 
     import train_gpt as tg
-    from tests.test_train import batch_for
+    from tests.utils import batch_for
     torch.utils._triton.triton_hash_with_backend = lambda: "interpreter"  # no GPU backend to hash
     inductor_config.cpu_backend = "triton"
     cfg = tg.GPTConfig(vocab_size=256, model_dim=768, num_heads=6, head_dim=128, max_tokens=4 * tokens,
@@ -41,6 +41,7 @@ def generated_code(tokens: int = 128) -> list[str]:
     torch.manual_seed(0)
     model = tg.GPT(cfg)
     mb, sched = batch_for(model, tokens)
+    tg.configure_torch()  # what main() sets for the compile
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
 
     def micro_step():

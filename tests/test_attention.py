@@ -17,9 +17,9 @@ import pytest
 import torch
 
 import train_gpt as tg
-from tests.utils import assert_close, rel_error
+from kernels.attention import FA3, FA3_HUB_REPO, attend, select_attention
+from tests.utils import HAS_CUDA, assert_close, rel_error
 
-HAS_CUDA = torch.cuda.is_available()
 REAL_DISTRIBUTION = importlib.metadata.distribution
 
 
@@ -28,7 +28,7 @@ def test_sdpa_attention_matches_per_document_loop():
     T, H, D, window = 50, 2, 8, 6
     q, k, v = (torch.randn(T, H, D) for _ in range(3))
     cu = torch.tensor([0, 7, 8, 31, T, T, T], dtype=torch.int32)
-    out = tg.attend(q, k, v, cu, T, 0.3, window, "sdpa")
+    out = attend(q, k, v, cu, T, 0.3, window, "sdpa")
     ref = torch.empty_like(q)
     for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
         for i in range(s, e):
@@ -40,8 +40,9 @@ def test_sdpa_attention_matches_per_document_loop():
 
 # --- choosing a backend ------------------------------------------------------------------------
 
-def settings(choice="auto", wait=60.0):
-    return tg.Hyperparameters(attention=choice, fa3_hub_wait=wait)
+def choose(device: torch.device, choice: str = "auto", wait: float = 60.0, routes=None):
+    """select_attention as setup_runtime calls it, for --attention `choice` and --fa3_hub_wait `wait`."""
+    return select_attention(choice, device, wait, routes)
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def hopper(monkeypatch):
     monkeypatch.setitem(sys.modules, "flash_attn_interface", None)  # None in sys.modules: ImportError on import
     monkeypatch.setattr(torch.nn.attention, "list_flash_attention_impls", lambda: [], raising=False)
     monkeypatch.setattr(importlib.metadata, "distribution", _no_distribution)
-    monkeypatch.setattr(tg.FA3, "varlen_func", None)
+    monkeypatch.setattr(FA3, "varlen_func", None)
     return torch.device("cuda", 0)
 
 
@@ -61,22 +62,21 @@ def _no_distribution(name):
 
 
 def test_cpu_takes_masked_sdpa_and_says_why():
-    choice = tg.select_attention(settings(), torch.device("cpu"))
+    choice = choose(torch.device("cpu"))
     assert (choice.kernel, choice.route) == ("sdpa", "sdpa")
     assert any("fa3-interface: needs a Hopper GPU (no CUDA GPU)" in s for s in choice.skipped)
     assert any(s.startswith("varlen: needs compute capability 8.0+") for s in choice.skipped)
 
 
-@pytest.mark.parametrize("choice, message", [("fa3", "tools/build_fa3.sh"), ("varlen", "--attention auto"),
-                                             ("flash", "must be one of auto, fa3, varlen, sdpa")])
+@pytest.mark.parametrize("choice, message", [("fa3", "tools/build_fa3.sh"), ("varlen", "--attention auto")])
 def test_explicit_choice_that_cannot_load_is_a_clear_error(choice, message):
     with pytest.raises(SystemExit, match=message):
-        tg.select_attention(settings(choice), torch.device("cpu"))
+        choose(torch.device("cpu"), choice)
 
 
 def test_non_hopper_gpu_skips_fa3_for_torch_varlen(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    choice = tg.select_attention(settings(), torch.device("cuda", 0))
+    choice = choose(torch.device("cuda", 0))
     assert (choice.kernel, choice.route) == ("varlen", "varlen")
     assert choice.skipped[0] == "fa3-interface: needs a Hopper GPU (compute capability 8.0)"
 
@@ -86,16 +86,16 @@ def test_installed_flash_attn_interface_is_the_first_route(hopper, monkeypatch):
     fake.flash_attn_varlen_func = lambda *a, **k: "fa3"
     fake.__file__ = "/opt/fa3/flash_attn_interface.py"
     monkeypatch.setitem(sys.modules, "flash_attn_interface", fake)
-    choice = tg.select_attention(settings(), hopper)
+    choice = choose(hopper)
     assert (choice.kernel, choice.route, choice.skipped) == ("fa3", "fa3-interface", ())
-    assert tg.FA3.varlen_func is fake.flash_attn_varlen_func and "/opt/fa3/" in choice.description
+    assert FA3.varlen_func is fake.flash_attn_varlen_func and "/opt/fa3/" in choice.description
 
 
 def test_torch_registered_fa3_runs_behind_varlen(hopper, monkeypatch):
     activated = []
     monkeypatch.setattr(torch.nn.attention, "list_flash_attention_impls", lambda: ["FA3", "FA4"])
     monkeypatch.setattr(torch.nn.attention, "activate_flash_attention_impl", activated.append)
-    choice = tg.select_attention(settings("fa3"), hopper)
+    choice = choose(hopper, "fa3")
     assert (choice.kernel, choice.route, activated) == ("varlen", "fa3-torch", ["FA3"])
     assert choice.skipped[0].startswith("fa3-interface: ModuleNotFoundError")
 
@@ -129,24 +129,24 @@ def fake_hub(tmp_path, monkeypatch, get_kernel_body: str):
 
 
 def test_kernel_hub_route_loads_fa3_in_a_child_process(hopper, tmp_path, monkeypatch):
-    fake_hub(tmp_path, monkeypatch, f"assert repo_id == {tg.FA3_HUB_REPO!r}")
-    choice = tg.select_attention(settings(), hopper)
+    fake_hub(tmp_path, monkeypatch, f"assert repo_id == {FA3_HUB_REPO!r}")
+    choice = choose(hopper)
     assert (choice.kernel, choice.route) == ("fa3", "fa3-hub"), choice.skipped
-    assert tg.FA3.varlen_func() == "hub" and tg.FA3_HUB_REPO in choice.description
+    assert FA3.varlen_func() == "hub" and FA3_HUB_REPO in choice.description
     assert [s.split(":")[0] for s in choice.skipped] == ["fa3-interface", "fa3-torch"]
 
 
 def test_kernel_hub_that_does_not_answer_is_left_after_the_wait(hopper, tmp_path, monkeypatch):
     fake_hub(tmp_path, monkeypatch, "time.sleep(60)")
     start = time.time()
-    choice = tg.select_attention(settings(wait=2.0), hopper)
+    choice = choose(hopper, wait=2.0)
     assert time.time() - start < 30, "the hub route must give up after --fa3_hub_wait"
     assert (choice.kernel, choice.route) == ("varlen", "varlen")
     assert "fa3-hub: RuntimeError: no answer within --fa3_hub_wait 2 s (offline?)" in choice.skipped
 
 
 def test_kernel_hub_not_installed_is_named(hopper):
-    choice = tg.select_attention(settings(), hopper)
+    choice = choose(hopper)
     assert "fa3-hub: RuntimeError: the hub client is not installed (`pip install kernels`)" in choice.skipped
 
 
@@ -163,7 +163,7 @@ def document_starts(T: int, max_len: int, seed: int) -> torch.Tensor:
 
 def run_attention(kernel, q, k, v, cu, max_len, window, grad_out):
     q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
-    out = tg.attend(q, k, v, cu, max_len, 0.12, window, kernel)
+    out = attend(q, k, v, cu, max_len, 0.12, window, kernel)
     out.backward(grad_out)
     return out, q.grad, k.grad, v.grad
 
@@ -181,7 +181,7 @@ def stage_cases():
 
 def loaded_fa3():
     try:
-        return tg.select_attention(settings("fa3"), torch.device("cuda"), routes=("fa3-interface",))
+        return choose(torch.device("cuda"), "fa3", routes=("fa3-interface",))
     except SystemExit:
         return None
 
@@ -217,7 +217,7 @@ def test_torch_registered_fa3_matches_reference():
     """The fa3-torch route: with torch's FA3 activated, varlen_attn runs FA3 and still matches fp32 SDPA."""
     from torch.nn import attention
     try:
-        choice = tg.select_attention(settings("fa3"), torch.device("cuda"), routes=("fa3-torch",))
+        choice = choose(torch.device("cuda"), "fa3", routes=("fa3-torch",))
     except SystemExit as e:
         pytest.skip(f"torch's FA3 route is not available: {e}")
     try:

@@ -7,6 +7,8 @@ import importlib
 import json
 import logging
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +16,11 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tiktoken.registry
-import torch
 from huggingface_hub.utils import LocalEntryNotFoundError
 
-from train_gpt import HEADER_BYTES, SHARD_MAGIC, SHARD_VERSION, ShardError, load_shard, read_shard_header, write_shard
+from data.shards import HEADER_BYTES, MAGIC, VERSION, ShardError, read_header, read_tokens, write_shard
 
+REPO = Path(__file__).resolve().parents[1]
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
 tokenize_text = importlib.import_module("data.tokenize_text")
@@ -36,18 +38,18 @@ def raw_shard(path, header, tokens=()):
 
 
 def shard_tokens(paths) -> np.ndarray:
-    return np.concatenate([load_shard(p).numpy() for p in paths]).astype(np.int64)
+    return np.concatenate([read_tokens(p) for p in paths]).astype(np.int64)
 
 
 # -----------------------------------------------------------------------------
 # Shard format
 
 BAD_SHARDS = {  # name: (header, tokens, words the error must contain)
-    "bad_magic": ([1234, SHARD_VERSION, 3], [1, 2, 3], "bad magic number 1234"),
-    "bad_version": ([SHARD_MAGIC, 7, 3], [1, 2, 3], "unsupported shard version 7"),
-    "truncated": ([SHARD_MAGIC, SHARD_VERSION, 10], [1, 2, 3], "header claims 10 tokens"),
-    "extra_bytes": ([SHARD_MAGIC, SHARD_VERSION, 2], [1, 2, 3], "header claims 2 tokens"),
-    "negative_count": ([SHARD_MAGIC, SHARD_VERSION, -1], [], "header claims -1 tokens"),
+    "bad_magic": ([1234, VERSION, 3], [1, 2, 3], "bad magic number 1234"),
+    "bad_version": ([MAGIC, 7, 3], [1, 2, 3], "unsupported shard version 7"),
+    "truncated": ([MAGIC, VERSION, 10], [1, 2, 3], "header claims 10 tokens"),
+    "extra_bytes": ([MAGIC, VERSION, 2], [1, 2, 3], "header claims 2 tokens"),
+    "negative_count": ([MAGIC, VERSION, -1], [], "header claims -1 tokens"),
 }
 
 
@@ -56,23 +58,23 @@ def test_bad_header_raises_shard_error_naming_file(tmp_path, case):
     header, tokens, problem = BAD_SHARDS[case]
     path = raw_shard(tmp_path / f"{case}.bin", header, tokens)
     with pytest.raises(ShardError, match=problem) as e:
-        read_shard_header(path)
+        read_header(path)
     assert str(path) in str(e.value)
     with pytest.raises(ShardError):
-        load_shard(path)
+        read_tokens(path)
 
 
 def test_file_shorter_than_header(tmp_path):
     path = tmp_path / "short.bin"
-    path.write_bytes(np.array([SHARD_MAGIC, SHARD_VERSION, 0], dtype="<i4").tobytes())
+    path.write_bytes(np.array([MAGIC, VERSION, 0], dtype="<i4").tobytes())
     with pytest.raises(ShardError, match=f"{path}: file is 12 bytes, shorter than the {HEADER_BYTES}-byte header"):
-        read_shard_header(path)
+        read_header(path)
 
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nope.bin"
     with pytest.raises(ShardError, match="cannot read shard") as e:
-        read_shard_header(path)
+        read_header(path)
     assert str(path) in str(e.value)
 
 
@@ -80,11 +82,22 @@ def test_missing_file(tmp_path):
 def test_read_returns_exactly_what_was_written(tmp_path, tokens):
     path = tmp_path / "s.bin"
     write_shard(path, np.asarray(tokens, dtype=np.int64))
-    assert read_shard_header(path) == len(tokens)
-    got = load_shard(path)
-    assert got.dtype == torch.uint16
-    np.testing.assert_array_equal(got.numpy(), np.asarray(tokens, dtype=np.uint16))
+    assert read_header(path) == len(tokens)
+    got = read_tokens(path)
+    assert got.dtype == np.uint16
+    np.testing.assert_array_equal(got, np.asarray(tokens, dtype=np.uint16))
+    into = np.full(len(tokens), 7, dtype=np.uint16)  # e.g. the trainer's pinned buffer
+    assert read_tokens(path, out=into) is into
+    np.testing.assert_array_equal(into, got)
     assert not path.with_name("s.bin.tmp").exists()
+
+
+def test_data_tools_do_not_import_torch_or_the_trainer():
+    """The shard format is numpy only: the data tools read and write shards without torch, Triton or train_gpt."""
+    probe = ("import sys; import data.shards, data.synthetic, data.tokenize_text, data.download; "
+             "print(sorted({'torch', 'triton', 'train_gpt'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out
 
 
 def test_write_rejects_tokens_outside_uint16(tmp_path):
@@ -131,7 +144,7 @@ def test_tokenize_round_trip(tmp_path, tiny, workers):
     names = [p.name for p in paths]
     assert names[0] == "t_val_000000.bin" and names[1:] == [f"t_train_{i:06d}.bin" for i in range(1, len(names))]
     assert len(names) > 3, "documents continue across train shards"
-    assert all(read_shard_header(p) == 20 for p in paths[1:-1]) and 0 < read_shard_header(paths[-1]) <= 20
+    assert all(read_header(p) == 20 for p in paths[1:-1]) and 0 < read_header(paths[-1]) <= 20
     val = shard_tokens(paths[:1])
     assert len(val) > 12 and split_documents(val, tiny) == DOCS[:2], "whole documents, at least val_tokens + 1"
     assert split_documents(shard_tokens(paths), tiny) == docs
@@ -285,7 +298,7 @@ def test_synthetic_is_deterministic(tmp_path):
 def test_synthetic_document_structure(tmp_path):
     vocab = SMALL["vocab_size"]
     paths = synthetic.generate(tmp_path, **SMALL)
-    assert [read_shard_header(p) for p in paths] == [100_000] * 3 + [20_000]
+    assert [read_header(p) for p in paths] == [100_000] * 3 + [20_000]
     tokens = shard_tokens(paths[:3])
     sep = vocab - 1
     assert tokens.max() == sep and tokens.min() >= 0
@@ -311,7 +324,7 @@ def test_synthetic_keeps_valid_files_unless_forced(tmp_path):
     assert all(p.stat().st_ino == inode[p] for p in paths)
     paths[0].write_bytes(b"broken")
     synthetic.generate(tmp_path, **SMALL)
-    assert read_shard_header(paths[0]) == 100_000
+    assert read_header(paths[0]) == 100_000
     assert paths[1].stat().st_ino == inode[paths[1]]
     synthetic.generate(tmp_path, **SMALL, force=True)
     assert all(p.stat().st_ino != inode[p] for p in paths[1:])
@@ -340,13 +353,13 @@ def fake_hub(calls, fail_on=None, error=None):
 
 def test_download_skips_valid_and_refetches_invalid(tmp_path, monkeypatch, capsys):
     write_shard(tmp_path / "fineweb_val_000000.bin", np.arange(3))
-    raw_shard(tmp_path / "fineweb_train_000001.bin", [SHARD_MAGIC, SHARD_VERSION, 100], [1, 2])  # cut off
+    raw_shard(tmp_path / "fineweb_train_000001.bin", [MAGIC, VERSION, 100], [1, 2])  # cut off
     calls = []
     monkeypatch.setattr(download, "hf_hub_download", fake_hub(calls))
     paths = download.download(2, tmp_path)
     assert calls == ["fineweb_train_000001.bin", "fineweb_train_000002.bin"]
     assert [p.name for p in paths] == ["fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"]
-    assert [read_shard_header(p) for p in paths] == [3, 5, 5]
+    assert [read_header(p) for p in paths] == [3, 5, 5]
     assert "[1/3] fineweb_val_000000.bin: present" in capsys.readouterr().out
     calls.clear()
     download.download(2, tmp_path)

@@ -4,6 +4,7 @@ end-to-end runs (one process, and two gloo processes against one with accumulati
     python3 -m pytest -q tests/test_train.py
 """
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -19,52 +20,16 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from tests.utils import assert_close
-
-REPO = Path(__file__).resolve().parents[1]
-TINY = dict(vocab_size=256, model_dim=64, num_heads=2, head_dim=32)
-TINY_FLAGS = ["--device", "cpu", "--compile", "False", "--vocab_size", "256", "--bos_id", "255",
-              "--model_dim", "64", "--num_heads", "2", "--head_dim", "32",
-              "--micro_batch_tokens", "(64, 128, 192)", "--val_micro_batch_tokens", "256",
-              "--stage_seq_lens", "(32, 64, 64)", "--window_block", "8", "--val_tokens", "1024"]
-
-
-def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:
-    """One CPU process; world_size > 1 emulates that rank of a larger run (no collectives)."""
-    return tg.Runtime(rank, world_size, torch.device("cpu"), 8 // world_size, tg.Attention("sdpa", "sdpa", "masked SDPA"))
-
-
-def shard_index(hp: tg.Hyperparameters) -> dict:
-    """The train shards with their BOS positions, as check_data hands them to the loader."""
-    return {f: tg.scan_shard(f, hp.bos_id, hp.vocab_size) for f in tg.find_shards(hp.train_files, "train")}
-
-
-def tiny_model(**overrides) -> tg.GPT:
-    cfg = tg.GPTConfig(vocab_size=256, model_dim=64, num_heads=2, head_dim=32, max_tokens=512, **overrides)
-    torch.manual_seed(0)
-    return tg.GPT(cfg)
-
-
-def doc_stream(rng: np.random.Generator, n_docs: int, bos: int = 255, max_len: int = 40) -> np.ndarray:
-    docs = [np.concatenate([[bos], rng.integers(0, bos, rng.integers(0, max_len))]) for _ in range(n_docs)]
-    return np.concatenate(docs).astype(np.uint16)
-
-
-def batch_for(model: tg.GPT, T: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    tokens = doc_stream(rng, 4 * T // 10 + 10)[:T + 1]
-    starts = np.flatnonzero(tokens[:-1] == 255)
-    ends = np.append(starts[starts > 0], T).astype(np.int32)
-    mb = tg.make_micro_batch(tokens, ends, 64, tg.bigram_hash(tokens[:-1], model.bigram_embed.size(0)), torch.device("cpu"))
-    sched = tg.ForwardSchedule(short_window=16, long_window=48, max_seq_len=T,
-                               mtp_weights=torch.tensor([1.0, 0.5, 0.25]))
-    return mb, sched
-
+from data.shards import DataError, ShardError, find_shards, write_shard
+from harness.report import compile_time_breakdown
+from kernels.attention import ATTENTION_CHOICES, select_attention
+from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, cpu_runtime, cpu_trainer, doc_stream, random_gradients,
+                         run_script, settings, shard_index, tiny_model, val_losses)
 
 # --- configuration ---------------------------------------------------------------------------
 
 def test_parse_args_forms_and_types():
-    hp = tg.parse_args(["--val_tokens", "1024", "--val_micro_batch_tokens", "256", "--cooldown_frac=0.5",
+    hp = settings(["--val_tokens", "1024", "--val_micro_batch_tokens", "256", "--cooldown_frac=0.5",
                         "--compile", "False", "--stage_seq_lens", "[32, 64, 64]", "--train_files", "x_*.bin",
                         "--adam_lr", "1"])
     assert (hp.val_tokens, hp.cooldown_frac, hp.compile, hp.stage_seq_lens) == (1024, 0.5, False, (32, 64, 64))
@@ -90,10 +55,33 @@ def test_parse_args_forms_and_types():
     (["--final_long_window", "4"], "may only grow"),
     (["--profile_steps", "5:3"], "--profile_steps '5:3' must look like 100:103"),
     (["--resume", "/no/such/checkpoint.pt"], "--resume '/no/such/checkpoint.pt': no such file"),
+    (["--attention", "flash"], "--attention must be one of auto, fa3, varlen, sdpa, not 'flash'"),
+    (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
 ])
 def test_parse_args_errors(argv, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
-        tg.parse_args(argv)
+        settings(argv)
+
+
+def test_attention_choices_are_the_kernels_table():
+    """validate() checks --attention before torch loads, against its own list: it must be the kernels' table."""
+    assert tg.ATTENTION == tuple(ATTENTION_CHOICES)
+
+
+def test_importing_the_project_changes_no_environment_or_torch_setting():
+    """Importing any module of the project sets no environment variable and no global torch setting: main() does,
+    through configure_torch()."""
+    modules = [str(p.relative_to(REPO).with_suffix("")).replace("/", ".")
+               for folder in ("kernels", "harness", "data") for p in sorted((REPO / folder).glob("*.py"))]
+    probe = ("import os, sys, torch, torch._dynamo, importlib\n"
+             "before = (dict(os.environ), torch._dynamo.config.get_config_copy())\n"
+             "for name in sys.argv[1:]: importlib.import_module(name)\n"
+             "print(before == (dict(os.environ), torch._dynamo.config.get_config_copy()))\n"
+             "sys.modules['train_gpt'].configure_torch()\n"
+             "print(torch._dynamo.config.specialize_float, os.environ['PYTORCH_ALLOC_CONF'])")
+    out = subprocess.run([sys.executable, "-c", probe, "train_gpt", *modules], cwd=REPO, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTORCH_ALLOC_CONF"})
+    assert out.returncode == 0 and out.stdout.split() == ["True", "True", "expandable_segments:True"], out
 
 
 def test_help_lists_every_setting_and_check_validates_without_heavy_imports():
@@ -167,7 +155,7 @@ def gpu_attention_kernels() -> list[str]:
     if not torch.cuda.is_available():
         return ["sdpa"]
     try:
-        return ["varlen", tg.select_attention(tg.Hyperparameters(attention="fa3"), torch.device("cuda")).kernel]
+        return ["varlen", select_attention("fa3", torch.device("cuda"), hub_wait=0).kernel]
     except SystemExit:
         return ["varlen"]
 
@@ -189,6 +177,7 @@ def test_model_compiles_once_for_every_stage(attention):
     graphs = []
     count = aot_autograd(fw_compiler=lambda gm, _: graphs.append("fw") or make_boxed_func(gm),
                          bw_compiler=lambda gm, _: graphs.append("bw") or make_boxed_func(gm))
+    tg.configure_torch()  # what main() sets for the compile (specialized floats)
     torch._dynamo.reset()
     attempts = torch._dynamo.utils.compilation_time_metrics
     attempts.pop("compile_attempt_1", None)
@@ -307,14 +296,6 @@ def test_lookup_gradients_sum_in_fp32_over_micro_batches():
 
 # --- optimizer -------------------------------------------------------------------------------
 
-def random_gradients(model) -> dict:
-    """Fill every gradient in place (they persist: the optimizer zeroes them, CUDA graphs hold them)."""
-    grads = model.gradients()
-    for grad in grads.values():
-        grad.copy_(torch.randn_like(grad))
-    return grads
-
-
 def test_normuon_step_matches_plain_reference():
     """One optimizer step on the attention bank equals the plain fp32 NorMuon math."""
     from kernels.polar_express import polar_express_reference
@@ -366,7 +347,7 @@ def test_adam_steps_on_odd_steps_and_tied_embedding():
 
 def write_docs(tmp_path: Path, name: str, tokens: np.ndarray) -> Path:
     path = tmp_path / name
-    tg.write_shard(path, tokens)
+    write_shard(path, tokens)
     return path
 
 
@@ -432,9 +413,11 @@ def data_settings(tmp_path, **overrides) -> tg.Hyperparameters:
 
 def test_check_data_reports_what_the_schedule_takes(tmp_path):
     hp = data_settings(tmp_path)
-    index, report = tg.check_data(hp, tg.Schedule(hp), world_size=1)
-    assert list(index) == tg.find_shards(hp.train_files, "train") and all(b.size > 0 for b in index.values())
-    assert "data: 2 train shard(s)" in report and "the schedule's 8 steps take 9,280 of them"  # 8 x (T + 1) per step in report
+    data = tg.check_data(hp, tg.Schedule(hp), world_size=1)
+    assert list(data.train) == find_shards(hp.train_files, "train") and all(b.size > 0 for b in data.train.values())
+    assert data.val == find_shards(hp.val_files, "val")
+    # 8 micro-batches of T + 1 tokens per step: 2 steps in each stage of (64, 128, 192) tokens and the extension
+    assert "data: 2 train shard(s)" in data.report and "the schedule's 8 steps take 9,280 of them" in data.report
 
 
 @pytest.mark.parametrize("problem, message", [
@@ -466,19 +449,8 @@ def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message)
         world = 8
     else:
         hp = dataclasses.replace(hp, val_files=str(tmp_path / "nothing_*.bin"))
-    with pytest.raises((tg.DataError, tg.ShardError), match=re.escape(message)):
+    with pytest.raises((DataError, ShardError), match=re.escape(message)):
         tg.check_data(hp, tg.Schedule(hp), world)
-
-
-def run_script(args, env_extra=None, nproc=None, timeout=600):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(env_extra or {})
-    cmd = [sys.executable, "train_gpt.py"] if nproc is None else \
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "train_gpt.py"]
-    result = subprocess.run(cmd + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:  # pytest shows captured prints of a failing test in full; assert messages get cut
-        print(f"$ {' '.join(cmd + args)}\n--- exit {result.returncode}, stderr:\n{result.stderr}")
-    return result
 
 
 def test_unsupported_world_size_and_missing_cuda_fail_early():
@@ -501,9 +473,9 @@ def test_bad_train_data_fails_early_with_a_clear_message(tmp_path, synthetic_dat
 def test_no_host_sync_inside_training_steps(monkeypatch, tmp_path, synthetic_data):
     """The timed loop reads nothing back from the device per step (on a GPU, each read would be a
     sync): no .item()/.tolist()/.cpu()/bool() of a tensor inside train_step."""
-    hp = tg.parse_args(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+    hp = settings(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                      "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
-    trainer = tg.Trainer(hp, cpu_runtime(), tg.Logger(hp, is_master=False))
+    trainer = cpu_trainer(hp)
     reads = []
     for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)
@@ -526,20 +498,43 @@ def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
                                  "--run_id", "fault"])
     capture = tmp_path / "fault_capture_rank0.pt"
     assert r.returncode != 0 and "non-finite loss or gradient at step 5 (noticed at step 12)" in r.stderr, r.stderr[-2000:]
-    assert f"--replay {capture}" in r.stderr and capture.exists()
+    assert f"Replay: python3 tools/replay.py {capture}" in r.stderr and capture.exists()
     assert "stopped: non-finite loss or gradient at step 5" in (tmp_path / "fault.txt").read_text()
     saved = torch.load(capture, weights_only=True)
     assert saved["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
     for name, w in saved["model"].items():
         assert torch.isfinite(w.float()).all(), f"captured weights must be from before the bad step ({name})"
-    r = run_script(["--replay", str(capture), "--device", "cpu"])
-    assert r.returncode == 1 and "first non-finite activation: layer5.mlp" in r.stdout, r.stdout + r.stderr[-2000:]
+    r = run_script([str(capture), "--device", "cpu"], script="tools/replay.py")
+    # the injected fault makes the step's loss weights NaN: the first non-finite output is the loss's
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert re.search(r"micro-batch 0: first NaN output: nanogpt.head_loss\S* at train_gpt.py:\d+ in forward: .*head_loss_op\(.*\n", r.stdout), r.stdout
     assert "non-finite gradients:" in r.stdout
 
 
+def test_replay_names_the_first_nan_with_its_line_and_layer():
+    """tools/replay.py's watch over the forward: a NaN weight in layer 5's MLP first shows at the MLP call, in layer
+    5; a NaN made from finite inputs (0 * inf in the same place) is named as made there."""
+    spec = importlib.util.spec_from_file_location("replay", REPO / "tools" / "replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    model = tiny_model()
+    mb, sched = batch_for(model, 96)
+    with torch.no_grad():
+        model.mlp_bank[5, 0, 3, 1] = float("nan")
+    with replay.FirstNaN() as watch:
+        model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+    assert watch.origin is None
+    assert re.fullmatch(r"\S+ at train_gpt.py:\d+ in forward: y = mlp\(.*\) \(layer 5\)", watch.found), watch.found
+    with torch.no_grad():
+        model.mlp_bank[5, 0, 3, 1] = float("inf")  # ReLU² of the inf is inf, times a zero MLP-out weight: NaN
+    with replay.FirstNaN() as watch:
+        model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+    assert re.fullmatch(r"\S+ at train_gpt.py:\d+ in forward: y = mlp\(.*\) \(layer 5\)", watch.origin), watch.origin
+
+
 def test_replay_refuses_a_crafted_pickle(tmp_path):
-    """--replay loads captures with weights_only=True: a .pt file whose pickle calls a function is refused with a
-    one-line error, and the function never runs."""
+    """tools/replay.py loads captures with weights_only=True: a .pt file whose pickle calls a function is refused
+    with a one-line error, and the function never runs."""
     marker = tmp_path / "ran"
 
     class Payload:
@@ -547,7 +542,7 @@ def test_replay_refuses_a_crafted_pickle(tmp_path):
             return (Path.touch, (marker,))
     crafted = tmp_path / "crafted.pt"
     torch.save({"config": {}, "payload": Payload()}, crafted)
-    r = run_script(["--replay", str(crafted), "--device", "cpu"])
+    r = run_script([str(crafted), "--device", "cpu"], script="tools/replay.py")
     assert r.returncode != 0 and "is not a capture written by train_gpt.py" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not marker.exists()
 
@@ -608,10 +603,6 @@ def test_resume_refuses_changed_settings_and_a_reused_run_id_is_refused(tmp_path
 
 # --- end to end ------------------------------------------------------------------------------
 
-def val_losses(stdout: str) -> list[float]:
-    return [float(x) for x in re.findall(r"val_loss:([\d.]+)", stdout)]
-
-
 def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "30", "--num_extension_steps", "2", "--val_every", "16",
@@ -635,8 +626,10 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     orthogonalization amplifies rounding step by step: ~1% after 3 steps, ~3.5% after 6, and world sizes
     2 and 4 differ from each other as much as from world size 1, so it is noise, not a bias). Adam's
     first steps are nearly sign(grad) * lr, which turns rounding noise in near-zero gradients into
-    full-size differences on a few elements, so Adam parameters only agree to 25%: still far from
-    the 100% a wiring mistake (a shard never updated or gathered, a wrong reduction) produces.
+    full-size differences on a few elements (one of the smear gate's 12 weights flipped: 47% of its norm), so
+    Adam parameters are compared by the share of elements that differ by more than half their size: at most
+    25% (up to 8% seen), where a wiring mistake (a shard never updated or gathered, a wrong reduction) moves
+    nearly all of them.
     """
     common = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                            "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--val_every", "0",
@@ -651,8 +644,11 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     s2 = torch.load(tmp_path / "many_checkpoint_rank0.pt", weights_only=True)["state"]["model"]
     for name in s1:
         a, b = s1[name].float(), s2[name].float()
-        tol = 0.06 if tg.PARAM_RULES[name].optim == "normuon" else 0.25
-        assert (a - b).norm() <= tol * a.norm() + 1e-6, (name, ((a - b).norm() / a.norm()).item())
+        if tg.PARAM_RULES[name].optim == "normuon":
+            assert (a - b).norm() <= 0.06 * a.norm(), (name, ((a - b).norm() / a.norm()).item())
+        else:
+            differ = ((a - b).abs() > 0.5 * a.abs() + 1e-8).float().mean().item()
+            assert differ <= 0.25, (name, differ)
 
 
 def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
@@ -676,7 +672,7 @@ def test_compile_time_breakdown_reads_torch_compiles_counters():
     """The start-up's `compile:` line: torch.compile's own counters, summed over graphs."""
     f = torch.compile(lambda x: (x * 2).sin().sum(), backend="aot_eager", dynamic=True)
     f(torch.randn(8))
-    line = tg.compile_time_breakdown()
+    line = compile_time_breakdown()
     found = re.fullmatch(r"(\d+\.\d)s in compiled frames .*, Inductor (\d+\.\d)s over forward and backward graphs, "
                          r"of which (\d+\.\d)s building and loading kernels", line)
     assert found and float(found.group(1)) > 0, line  # counters are per process: other tests' graphs may add up

@@ -1,8 +1,26 @@
-"""Shared test helpers."""
+"""Shared test helpers: comparisons, the GPU marker, and the tiny training configuration with its builders."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
 import torch
 
+import train_gpt as tg
+from data.shards import scan_train_shards
+from harness.guard import StopRequest
+from harness.log import Logger
+from harness.settings import parse_args
+from kernels.attention import Attention
+
+REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
+# bf16 and fp8 cases (Triton's interpreter mishandles them) and the model's real shapes (slow on a CPU)
+GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (bf16/fp8 kernels, real shapes)")
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, name: str = "output"):
@@ -23,3 +41,82 @@ def rel_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     """||actual - expected|| / ||expected|| in float64 (NaN if actual has NaNs)."""
     a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
     return ((a - e).norm() / e.norm().clamp_min(1e-300)).item()
+
+
+# --- the tiny training configuration -----------------------------------------------------------
+
+TINY = dict(vocab_size=256, model_dim=64, num_heads=2, head_dim=32)
+TINY_FLAGS = ["--device", "cpu", "--compile", "False", "--vocab_size", "256", "--bos_id", "255",
+              "--model_dim", "64", "--num_heads", "2", "--head_dim", "32",
+              "--micro_batch_tokens", "(64, 128, 192)", "--val_micro_batch_tokens", "256",
+              "--stage_seq_lens", "(32, 64, 64)", "--window_block", "8", "--val_tokens", "1024"]
+
+
+def settings(argv: list[str]) -> tg.Hyperparameters:
+    """train_gpt.py's settings from command-line flags, as main() parses them."""
+    return parse_args(argv, tg.Hyperparameters, tg.validate)
+
+
+def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:
+    """One CPU process; world_size > 1 emulates that rank of a larger run (no collectives)."""
+    return tg.Runtime(rank, world_size, torch.device("cpu"), tg.MICRO_BATCHES // world_size,
+                      Attention("sdpa", "sdpa", "masked SDPA"))
+
+
+def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1) -> tg.Trainer:
+    """A Trainer of these settings in this process (data checked as main() does), logging nowhere."""
+    schedule = tg.Schedule(hp)
+    rt = cpu_runtime(world_size)
+    return tg.Trainer(hp, rt, schedule, tg.check_data(hp, schedule, rt.world_size),
+                      Logger(hp.log_dir, "test", is_master=False), StopRequest())
+
+
+def shard_index(hp: tg.Hyperparameters) -> dict:
+    """The train shards with their BOS positions, as check_data hands them to the loader."""
+    return scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+
+
+def tiny_model(**overrides) -> tg.GPT:
+    cfg = tg.GPTConfig(vocab_size=256, model_dim=64, num_heads=2, head_dim=32, max_tokens=512, **overrides)
+    torch.manual_seed(0)
+    return tg.GPT(cfg)
+
+
+def doc_stream(rng: np.random.Generator, n_docs: int, bos: int = 255, max_len: int = 40) -> np.ndarray:
+    docs = [np.concatenate([[bos], rng.integers(0, bos, rng.integers(0, max_len))]) for _ in range(n_docs)]
+    return np.concatenate(docs).astype(np.uint16)
+
+
+def batch_for(model: tg.GPT, T: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    tokens = doc_stream(rng, 4 * T // 10 + 10)[:T + 1]
+    starts = np.flatnonzero(tokens[:-1] == 255)
+    ends = np.append(starts[starts > 0], T).astype(np.int32)
+    mb = tg.make_micro_batch(tokens, ends, 64, tg.bigram_hash(tokens[:-1], model.bigram_embed.size(0)), torch.device("cpu"))
+    sched = tg.ForwardSchedule(short_window=16, long_window=48, max_seq_len=T,
+                               mtp_weights=torch.tensor([1.0, 0.5, 0.25]))
+    return mb, sched
+
+
+def random_gradients(model) -> dict:
+    """Fill every gradient in place (they persist: the optimizer zeroes them, CUDA graphs hold them)."""
+    grads = model.gradients()
+    for grad in grads.values():
+        grad.copy_(torch.randn_like(grad))
+    return grads
+
+
+def run_script(args, env_extra=None, nproc=None, timeout=600, script="train_gpt.py"):
+    """Run a program of the repository (train_gpt.py under torchrun when nproc is given) on the CPU."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(env_extra or {})
+    cmd = [sys.executable, script] if nproc is None else \
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", script]
+    result = subprocess.run(cmd + args, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:  # pytest shows captured prints of a failing test in full; assert messages get cut
+        print(f"$ {' '.join(cmd + args)}\n--- exit {result.returncode}, stderr:\n{result.stderr}")
+    return result
+
+
+def val_losses(stdout: str) -> list[float]:
+    return [float(x) for x in re.findall(r"val_loss:([\d.]+)", stdout)]

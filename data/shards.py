@@ -1,0 +1,138 @@
+"""The token-shard format and its checks: the one owner of the file format, numpy only, so that the data tools
+use it without torch.
+
+A shard is a header of 256 little-endian int32 [magic 20240520, version 1, token count, 0, ...] followed by the
+tokens as little-endian uint16: the format of the FineWeb GPT-2 shards (kjj0/fineweb10B-gpt2, from llm.c).
+Every document starts with the separator token (`bos_id`, GPT-2's <|endoftext|>).
+"""
+import glob
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = 20240520
+VERSION = 1
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+
+
+class ShardError(ValueError):
+    """A token shard is missing, truncated, has a bad header or tokens outside the vocabulary."""
+
+
+class DataError(RuntimeError):
+    """The data cannot feed the configured run (missing, too short, or exhausted)."""
+
+
+def read_header(path) -> int:
+    """Validate the header of a .bin shard against its size and return its token count."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise ShardError(f"{path}: cannot read shard ({e.strerror})") from None
+    if size < HEADER_BYTES:
+        raise ShardError(f"{path}: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header; "
+                         "the download was probably cut off - delete it and fetch it again")
+    header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
+    if header[0] != MAGIC:
+        raise ShardError(f"{path}: bad magic number {header[0]} (expected {MAGIC}); "
+                         "not a token shard in the FineWeb .bin format")
+    if header[1] != VERSION:
+        raise ShardError(f"{path}: unsupported shard version {header[1]} (expected {VERSION})")
+    num_tokens = int(header[2])
+    expected = HEADER_BYTES + 2 * num_tokens
+    if num_tokens < 0 or size != expected:
+        raise ShardError(f"{path}: header claims {num_tokens} tokens ({expected} bytes) but the file has "
+                         f"{size} bytes; the file is truncated or corrupt - delete it and fetch it again")
+    return num_tokens
+
+
+def read_tokens(path, out: np.ndarray | None = None) -> np.ndarray:
+    """All tokens of a shard as uint16, read straight into `out` (e.g. pinned memory) when given."""
+    num_tokens = read_header(path)
+    if out is None:
+        out = np.empty(num_tokens, dtype=np.uint16)
+    assert out.dtype == np.uint16 and out.shape == (num_tokens,), "out must be a uint16 array of the shard's length"
+    with open(path, "rb", buffering=0) as f:
+        f.seek(HEADER_BYTES)
+        nbytes = f.readinto(out)
+    if nbytes != 2 * num_tokens:
+        raise ShardError(f"{path}: read {nbytes} bytes of tokens, expected {2 * num_tokens}")
+    return out
+
+
+def memmap_tokens(path) -> np.ndarray:
+    """A shard's tokens, memory-mapped (nothing is read until used)."""
+    return np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(read_header(path),))
+
+
+def write_shard(path, tokens) -> None:
+    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically."""
+    tokens = np.asarray(tokens)
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
+        raise ValueError("token ids must fit in uint16")
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[:3] = MAGIC, VERSION, tokens.size
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.astype("<u2").tobytes())
+    os.replace(tmp, path)  # a crash never leaves a half-written shard under the real name
+
+
+def find_shards(pattern: str, what: str) -> list[Path]:
+    """The files matching --{what}_files, in name order; none, or a folder among them, is an error."""
+    files = sorted(Path(f) for f in glob.glob(pattern))
+    if not files:
+        raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
+                        f"or point --{what}_files at your .bin shards")
+    for f in files:
+        if not f.is_file():
+            raise DataError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "
+                            f"shards, e.g. '{f}/*.bin'")
+    return files
+
+
+def _check_ids(path, tokens: np.ndarray, vocab_size: int):
+    if tokens.size and int(tokens.max()) >= vocab_size:
+        raise ShardError(f"{path}: token id {int(tokens.max())} >= vocab_size {vocab_size}; "
+                         "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+
+
+def scan_shard(path, bos_id: int, vocab_size: int) -> np.ndarray:
+    """Check a shard's header and token ids, memory-mapped; returns the positions of its document separators."""
+    tokens = memmap_tokens(path)
+    _check_ids(path, tokens, vocab_size)
+    return np.flatnonzero(tokens == bos_id)
+
+
+def scan_train_shards(pattern: str, bos_id: int, vocab_size: int) -> dict[Path, np.ndarray]:
+    """Every train shard checked (in parallel) and indexed: {path: separator positions}, in name order."""
+    files = find_shards(pattern, "train")
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        index = dict(zip(files, pool.map(lambda f: scan_shard(f, bos_id, vocab_size), files)))
+    for f, bos in index.items():
+        if bos.size == 0:
+            raise DataError(f"{f}: no document separator (token {bos_id}) in the shard: every document must start "
+                            "with one; check --bos_id, or tokenize with data/tokenize_text.py")
+    return index
+
+
+def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> list[Path]:
+    """The validation shards that hold the first `num_tokens` tokens, with those tokens' ids checked."""
+    used, have = [], 0
+    for f in find_shards(pattern, "val"):
+        if have >= num_tokens:
+            break
+        tokens = memmap_tokens(f)[:num_tokens - have]
+        _check_ids(f, tokens, vocab_size)
+        used.append(f)
+        have += tokens.size
+    if have < num_tokens:
+        raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but the run reads {num_tokens:,} "
+                        f"(--val_tokens and one more, the last target); lower --val_tokens or add validation data")
+    return used

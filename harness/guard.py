@@ -1,0 +1,180 @@
+"""The training loop's safety checks: a non-finite loss or gradient is caught without per-step host syncs, the
+failing step is captured (the state before it and its batches) for tools/replay.py, and a signal stops the run at
+a step boundary where every rank agrees."""
+import dataclasses
+import os
+import signal
+import sys
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from harness.checkpoint import copy_tree, save_atomically
+
+
+class NonFiniteError(RuntimeError):
+    """Training produced a non-finite loss or gradient; the message says where the capture is."""
+
+
+class Stopped(RuntimeError):
+    """The run stopped on a signal; the message says where it was saved."""
+
+
+class NonFiniteGuard:
+    """Remembers on the device the first step whose losses or reduced gradient shards were not all finite, and
+    whether a rank was asked to stop (so that all ranks stop at the same step).
+
+    observe() folds in values the step computes anyway (each micro-batch's loss, the norms of the gradient
+    shards the optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
+    the flags, agreed over ranks, to the host; published() reads the copy started at the previous check, long
+    done by then, so the loop never drains the GPU's queue for it. read() is the waiting version, for points
+    where the loop waits anyway (validations)."""
+    NONE = 2**62
+
+    def __init__(self, device: torch.device, distributed: bool):
+        self.flags = torch.tensor([self.NONE, 0], dtype=torch.int64, device=device)  # [first bad step, -stop]
+        self.distributed = distributed
+        self._host = self.flags.new_empty(2, device="cpu", pin_memory=device.type == "cuda").copy_(self.flags)
+        self._copied = torch.cuda.Event() if device.type == "cuda" else None
+
+    def observe(self, step: int, losses: list[Tensor], grad_norms: list[Tensor]):
+        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in grad_norms)])
+        bad = ~torch.isfinite(values).all()
+        self.flags[0] = torch.where(bad & (self.flags[0] == self.NONE), step, self.flags[0])
+
+    def request_stop(self):
+        self.flags[1] = -1
+
+    def _agreed(self) -> Tensor:
+        flags = self.flags.clone()
+        if self.distributed:  # the first bad step of any rank; -1 if any rank asks to stop
+            dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        return flags
+
+    def publish(self):
+        self._host.copy_(self._agreed(), non_blocking=True)
+        if self._copied is not None:
+            self._copied.record()
+
+    def published(self) -> tuple[int | None, bool]:
+        """(first bad step or None, whether a rank asked to stop) as of the previous publish()."""
+        if self._copied is not None:
+            self._copied.synchronize()
+        return self._decode(self._host.tolist())
+
+    def read(self) -> tuple[int | None, bool]:
+        """The same, as of now (waits for the device)."""
+        return self._decode(self._agreed().tolist())
+
+    def _decode(self, flags: list[int]) -> tuple[int | None, bool]:
+        return (None if flags[0] == self.NONE else flags[0]), flags[1] < 0
+
+    def reset(self):
+        self.flags.copy_(torch.tensor([self.NONE, 0]))
+        self._host.copy_(self.flags)
+
+
+class StopRequest:
+    """SIGINT or SIGTERM during the training loop: stop at a step boundary (the next one in one process; on
+    several ranks, the one where they agree: the guard's check after next), log why and save a checkpoint.
+    During start-up, or a second time, stop at once."""
+
+    def __init__(self):
+        self.reason, self.in_loop = None, False
+
+    def install(self) -> "StopRequest":
+        signal.signal(signal.SIGINT, self)
+        signal.signal(signal.SIGTERM, self)
+        return self
+
+    def __call__(self, signum, frame):
+        name = signal.Signals(signum).name
+        if not self.in_loop or self.reason is not None:
+            raise KeyboardInterrupt(name)
+        self.reason = name
+        print(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)", file=sys.stderr)
+
+
+class Watch:
+    """The checks of the training loop, every `every` steps and at validations (every = 0: none).
+
+    Keeps two snapshots of the trainer's state: `good`, the state at the last check known finite, and `pending`,
+    taken at the latest check and known finite once the next check reads the flags published with it. Validations
+    wait for the device anyway, so they read the flags at once. On a non-finite value it saves `good` as a
+    checkpoint (if checkpoints are on), captures the failing step (capture_failure) and raises NonFiniteError.
+
+    trainer: snapshot(step, into), state(step), restore(snapshot), train_step(step, data), next_batches(step),
+    forward_schedule(step), guard (NonFiniteGuard), and rt, hp, model, optimizer, rotary_extensions for the capture.
+    """
+
+    def __init__(self, trainer, stop: StopRequest, checkpoints, log):
+        self.trainer, self.stop, self.checkpoints, self.log = trainer, stop, checkpoints, log
+        self.guard, self.every, self.distributed = trainer.guard, trainer.hp.guard_every, trainer.rt.distributed
+
+    def begin(self, start: int):
+        self.start, self.pending = start, None
+        self.good = self.trainer.snapshot(start) if self.every > 0 else None
+        # ranks agree on a stop through the checks: without them, a signal stops at once (nothing saved)
+        self.stop.in_loop = not (self.distributed and self.every == 0)
+
+    def end(self):
+        self.stop.in_loop = False
+
+    def check(self, step: int, validate: bool) -> bool:
+        """Before `step`: raises NonFiniteError if a step so far went non-finite; says whether to stop here."""
+        stopping = self.stop.reason is not None and not self.distributed  # one process: at once; ranks: agreed
+        if step > self.start and self.every > 0 and (validate or step % self.every == 0):  # the guard's cost
+            with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces
+                stopping = self._check(step, validate) or stopping
+        return stopping
+
+    def _check(self, step: int, validate: bool) -> bool:
+        if self.stop.reason is not None:
+            self.guard.request_stop()
+        bad, stop = self.guard.read() if validate else self.guard.published()
+        if bad is not None:
+            if self.checkpoints.enabled:
+                nothing_timed = dict(train_ms=float("nan"), stage_ms={}, stage_start_ms=float("nan"))
+                path = self.checkpoints.save(self.good, nothing_timed)
+                self.log(f"checkpoint of step {self.good['step']}, the last known finite: {path}")
+            path = capture_failure(self.trainer, self.good, bad, step)
+            raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
+                                 f"capture of the state before it and its batch: {path} (one per rank). "
+                                 f"Replay: python3 tools/replay.py {path}")
+        if validate:  # everything so far is known finite
+            self.good, self.pending = self.trainer.snapshot(step, into=self.pending or self.good), None
+        else:
+            self.good, self.pending = (self.pending or self.good), self.trainer.snapshot(
+                step, into=self.good if self.pending else None)
+            self.guard.publish()
+        return stop
+
+
+def capture_failure(trainer, good: dict, bad_step: int, detected_at: int) -> str:
+    """Rewind to the last good snapshot, re-run to the failing step, save a capture of the state before it with its
+    batches, then run it to see whether the failure reproduces. Returns the capture's path."""
+    trainer.restore(good)
+    for step in range(good["step"], bad_step):
+        trainer.train_step(step, trainer.next_batches(step))
+    trainer.set_rotary(bad_step)
+    data = trainer.next_batches(bad_step)
+    sched = trainer.forward_schedule(bad_step)
+    hp, rt = trainer.hp, trainer.rt
+    capture = dict(
+        step=bad_step, detected_at=detected_at, rank=rt.rank, world_size=rt.world_size,
+        grad_accum_steps=rt.grad_accum_steps, config=dataclasses.asdict(hp),
+        model=copy_tree(trainer.model.state_dict(), device="cpu"),  # copies: the step runs next
+        grads=copy_tree(trainer.model.gradients(), device="cpu"),
+        optimizer=copy_tree(trainer.optimizer.state_dict(), device="cpu"),
+        optimizer_args=trainer.optimizer_args(bad_step), rotary_extensions=list(trainer.rotary_extensions),
+        forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
+                     mtp_weights=sched.mtp_weights.tolist()),
+        batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
+                 for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
+    trainer.guard.reset()
+    trainer.train_step(bad_step, data)
+    capture["reproduced"] = trainer.guard.read()[0] == bad_step
+    path = os.path.join(hp.log_dir, f"{hp.run_id}_capture_rank{rt.rank}.pt")
+    save_atomically(capture, path)
+    return path

@@ -1,0 +1,50 @@
+"""The run's log: one text file per run (rank 0 writes it), which opens with the code that ran, the versions,
+nvidia-smi and the resolved settings, then holds every line printed."""
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+# the code a training process runs, as globs under the repository root
+SOURCES = ("train_gpt.py", "kernels/*.py", "harness/*.py", "data/shards.py")
+
+
+class Logger:
+    def __init__(self, log_dir: str, run_id: str, is_master: bool, fresh: bool = True):
+        """fresh: start the log anew (a resumed run appends to its log instead). Other ranks log nothing."""
+        self.path = None
+        if is_master:
+            os.makedirs(log_dir, exist_ok=True)
+            self.path = os.path.join(log_dir, f"{run_id}.txt")
+            if fresh:
+                open(self.path, "w").close()
+
+    def __call__(self, msg: str, console: bool = True):
+        if self.path is None:
+            return
+        if console:
+            print(msg, flush=True)
+        with open(self.path, "a") as f:
+            print(msg, file=f)
+
+    def record_environment(self, settings):
+        """The code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi into the log; the settings also on
+        the console."""
+        for pattern in SOURCES:
+            for path in sorted(REPO.glob(pattern)):
+                self(f"{'=' * 100}\n# {path.relative_to(REPO)}\n{path.read_text()}", console=False)
+        self("=" * 100, console=False)
+        self(f"Python {sys.version}\nPyTorch {torch.__version__} (CUDA {torch.version.cuda})", console=False)
+        try:
+            import triton
+            self(f"Triton {triton.__version__}", console=False)
+        except ImportError:
+            pass
+        if torch.cuda.is_available():
+            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
+            self(smi.stdout or smi.stderr, console=False)
+        self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items()))

@@ -1,0 +1,46 @@
+"""Looking inside the timed steps: a torch.profiler trace of chosen steps (--profile_steps), and PyTorch's warning
+on every device-to-host sync (--sync_debug)."""
+import contextlib
+import os
+
+import torch
+
+
+class StepProfiler:
+    """--profile_steps "a:b": a Chrome trace of steps a..b-1 on rank 0, written to <log_dir>/<run_id>_trace.json
+    (open it in Perfetto; look for communication kernels not overlapped by compute). Off: step() does nothing."""
+
+    def __init__(self, steps: str, log_dir: str, run_id: str, device: torch.device, is_master: bool, log):
+        self.profiler = None
+        if not steps or not is_master:
+            return
+        start, stop = (int(x) for x in steps.split(":"))
+        path = os.path.join(log_dir, f"{run_id}_trace.json")
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+
+        def save(prof):
+            prof.export_chrome_trace(path)
+            log(f"profiler trace of steps {start}..{stop - 1}: {path}")
+        self.profiler = torch.profiler.profile(
+            activities=activities, on_trace_ready=save,
+            schedule=torch.profiler.schedule(wait=start, warmup=0, active=stop - start, repeat=1))
+        self.profiler.start()
+
+    def step(self):
+        if self.profiler is not None:
+            self.profiler.step()
+
+
+@contextlib.contextmanager
+def sync_debug(on: bool):
+    """Within: PyTorch warns about every device-to-host sync (CUDA only)."""
+    if not on:
+        yield
+        return
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(0)

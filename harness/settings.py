@@ -1,0 +1,71 @@
+"""Command-line settings: `--name value` / `--name=value` overrides of a settings dataclass, type-checked, then
+validated as a whole. Imports nothing heavy: --help, --check and setting errors answer before torch loads."""
+import dataclasses
+import inspect
+import re
+from ast import literal_eval
+
+
+def setting_help(cls) -> str:
+    """Every field of `cls` with its default and meaning, in source order under its group comments: read from the
+    class's source, so that its comments are the one description."""
+    lines = ["usage: train_gpt.py [--name value | --name=value]...  (torchrun --nproc_per_node=N train_gpt.py ...)",
+             "  --help, -h: this list;  --check: check the settings and exit", ""]
+    defaults = cls()
+    for line in inspect.getsource(cls).splitlines()[2:]:
+        if m := re.fullmatch(r"\s*# (.*)", line):
+            lines.append(f"{m[1]}:")
+        elif m := re.fullmatch(r"\s*(\w+): \w+ = [^#]*?(?:#\s*(.*))?", line):
+            lines.append(f"  --{m[1]} {getattr(defaults, m[1])!r}" + (f"  {m[2]}" if m[2] else ""))
+    return "\n".join(lines)
+
+
+def parse_value(name: str, text: str, default):
+    """`text` as a value of the default's type: strings as given, everything else as a Python literal."""
+    if isinstance(default, str):
+        return text
+    try:
+        value = literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise SystemExit(f"error: --{name} {text!r} is not a valid {type(default).__name__}") from None
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(default, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if type(value) is not type(default):
+        raise SystemExit(f"error: --{name} expects a {type(default).__name__}, got {text!r}")
+    return value
+
+
+def parse_args(argv: list[str], cls, validate):
+    """An instance of the dataclass `cls` with argv's overrides, checked by validate(instance) (which exits with a
+    one-line error). --help/-h prints every setting and --check validates and exits: both exit here."""
+    if {"--help", "-h"} & set(argv):
+        print(setting_help(cls))
+        raise SystemExit(0)
+    args = cls()
+    fields = {f.name for f in dataclasses.fields(cls)}
+    check_only, i = False, 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--check":
+            check_only, i = True, i + 1
+            continue
+        if not token.startswith("--"):
+            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value (--help lists them)")
+        if "=" in token:
+            name, text = token[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(argv):
+                raise SystemExit(f"error: {token} needs a value")
+            name, text = token[2:], argv[i + 1]
+            i += 2
+        if name not in fields:
+            raise SystemExit(f"error: unknown setting --{name} (--help lists the settings)")
+        setattr(args, name, parse_value(name, text, getattr(args, name)))
+    validate(args)
+    if check_only:
+        print("settings OK")
+        raise SystemExit(0)
+    return args

@@ -1,0 +1,140 @@
+"""Re-run a step that train_gpt.py's non-finite guard captured, eagerly, and say where it first went non-finite:
+the first operation of the forward whose output holds a NaN (with the line of train_gpt.py that ran it and its
+layer), the parameters whose gradients are not, and, for a one-process run, the weights the update broke.
+
+    python3 tools/replay.py logs/RUN_capture_rank0.pt [--device cpu|cuda|auto]
+
+Exit status 1 when the failure reproduces, 0 when everything is finite on replay.
+"""
+import argparse
+import dataclasses
+import linecache
+import pickle
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for train_gpt
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
+
+import train_gpt as tg  # noqa: E402
+
+
+class FirstNaN(TorchDispatchMode):
+    """Watches every operation but views. `origin`: the first whose floating-point output holds a NaN although its
+    inputs hold none (where a NaN is made: an overflow, 0/0, ...); `first`: the first whose output holds one at all
+    (a NaN that came in, with a weight or an input). Each names the line of train_gpt.py that ran it and its layer.
+    Infinities are left alone: attention masks hold them on purpose, and what they break turns into NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.origin = self.first = None
+
+    @property
+    def found(self) -> str | None:
+        return self.origin or self.first
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.origin is None and not func.is_view and self._has_nan(out):
+            where = f"{func}" + self._caller()
+            self.first = self.first or where
+            if not self._has_nan((args, kwargs)):
+                self.origin = where
+        return out
+
+    @staticmethod
+    def _has_nan(tree) -> bool:
+        return any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.isnan().any() for t in tree_leaves(tree))
+
+    @staticmethod
+    def _caller() -> str:
+        """Where in train_gpt.py the operation ran: its line, and the layer when the layer loop's line names it."""
+        frames, frame = [], sys._getframe(2)
+        while frame is not None:
+            if Path(frame.f_code.co_filename).name == "train_gpt.py":
+                frames.append(frame)
+            frame = frame.f_back
+        if not frames:
+            return ""
+        code = frames[0].f_code
+        where = (f" at train_gpt.py:{frames[0].f_lineno} in {code.co_name}: "
+                 f"{linecache.getline(code.co_filename, frames[0].f_lineno).strip()}")
+        for f in frames:  # the loop variable outlives the loop: trust it only on a line that uses it
+            if isinstance(f.f_locals.get("layer"), int) and "layer" in linecache.getline(f.f_code.co_filename, f.f_lineno):
+                return f"{where} (layer {f.f_locals['layer']})"
+        return where
+
+
+def nonfinite(named) -> list[str]:
+    return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+
+
+def load_capture(path: str) -> dict:
+    try:  # weights_only: tensors and plain containers only, so a crafted .pt file cannot run code
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        raise SystemExit(f"error: {path} is not a capture written by train_gpt.py: {str(e).splitlines()[0]}") from None
+
+
+def replay(path: str, device: str) -> int:
+    capture = load_capture(path)
+    saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
+    rt = tg.setup_runtime(saved)
+    rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
+    model = tg.build_model(saved, rt)
+    model.load_state_dict(capture["model"])
+    model.load_gradients(capture["grads"])
+    for old, new in capture["rotary_extensions"]:
+        model.extend_rotary(old, new)
+    f = capture["forward"]
+    sched = tg.ForwardSchedule(f["short_window"], f["long_window"], f["max_seq_len"],
+                               torch.tensor(f["mtp_weights"], device=rt.device))
+    print(f"replaying step {capture['step']} of run {saved.run_id} (rank {capture['rank']} of "
+          f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
+    found = False
+    bad_weights = nonfinite(model.named_parameters())
+    if bad_weights:
+        print(f"non-finite weights before the step: {', '.join(bad_weights)}")
+        found = True
+    for i, batch in enumerate(capture["batches"]):
+        mb = tg.MicroBatch(*(batch[k].to(rt.device) for k in ("inputs", "targets", "cu_seqlens", "bigram")))
+        with FirstNaN() as watch:
+            loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+        (loss * model.cfg.loss_scale).backward()
+        if watch.found:
+            print(f"micro-batch {i}: first NaN {'made' if watch.origin else 'output'}: {watch.found}")
+            found = True
+    bad_grads = nonfinite(model.gradients().items())
+    if bad_grads:
+        print(f"non-finite gradients: {', '.join(bad_grads)}")
+        found = True
+    if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
+        optimizer = tg.NorMuonAdam(model, saved, rt, compile=False)
+        optimizer.load_state_dict(capture["optimizer"])
+        optimizer.step(*capture["optimizer_args"])
+        bad_params = nonfinite(model.named_parameters())
+        if bad_params:
+            print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")
+            found = True
+    if not found:
+        print("forward, backward and update are finite on replay: the failure did not reproduce here "
+              "(nondeterministic kernels, a hardware fault, or a different device)")
+    return 1 if found else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("capture", help="a *_capture_rank<N>.pt file written by train_gpt.py's guard")
+    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
+    args = parser.parse_args(argv)
+    tg.configure_torch()
+    return replay(args.capture, args.device)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

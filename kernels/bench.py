@@ -343,7 +343,7 @@ def sweep_relu_square(peaks: Peaks):
     for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                  config=config))]:
-        table = mlp_config(torch.device(DEVICE), direction)
+        table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
         for config in MLP_CANDIDATES:
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"

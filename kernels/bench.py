@@ -29,8 +29,8 @@ from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_t
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
-from kernels.transpose import (TRANSPOSE_CONFIGS, TRANSPOSE_GENERIC, TransposeConfig, transpose_add_reference,
-                               transpose_add_triton, transpose_copy_reference, transpose_copy_triton)
+from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
+                               transpose_copy_reference, transpose_copy_triton)
 from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
                                  relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
@@ -108,8 +108,7 @@ def bench_transpose(peaks: Peaks):
     # op -> (kernel, PyTorch baseline, tensors moved: copy reads src + writes dst, add also reads dst)
     ops = {"transpose_copy": (transpose_copy_triton, transpose_copy_reference, 2),
            "transpose_add": (transpose_add_triton, transpose_add_reference, 3)}
-    capability = torch.cuda.get_device_capability()
-    table_config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
+    table_config = transpose_config(torch.device(DEVICE), torch.bfloat16)
     one_per_tile = TransposeConfig(table_config.block_m, table_config.block_n, table_config.num_warps, ctas_per_sm=0)
     rows = []
     for op, shape in TRANSPOSE_CASES + [(op, shape[::-1]) for op, shape in TRANSPOSE_CASES]:

@@ -12,6 +12,7 @@ import torch
 from kernels.configs import SM90, device_key, pick
 from kernels.relu_square import GENERIC_MLP_CONFIG, MLPConfig, mlp_config
 from kernels.symmetric import SYRK_GENERIC, SyrkConfig, syrk_config
+from kernels.transpose import TRANSPOSE_BYTES, TRANSPOSE_GENERIC, TransposeConfig, transpose_config
 
 BF16 = torch.bfloat16
 SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
@@ -22,6 +23,7 @@ SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
     (3, 768, 3072): SyrkConfig(block=64, block_k=128, num_warps=4, num_stages=3),
     (24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
 }
+TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
 
 # (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes
 TUNED = [
@@ -29,6 +31,9 @@ TUNED = [
     (partial(mlp_config, direction="backward", N=3072, K=768), MLPConfig(128, 256, 64, 3, 8), GENERIC_MLP_CONFIG),
     *[(partial(syrk_config, dtype=BF16, batch=batch, M=M, K=K), config, SYRK_GENERIC)
       for (batch, M, K), config in SYRK_SM90.items()],
+    (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy
+    (partial(transpose_config, dtype=torch.float32), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the add's fp32 source
+    (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_BYTES, TRANSPOSE_BYTES),  # FP8: one rule
 ]
 # (device -> config, the fallback): shapes no table has, on sm_90 too
 UNTUNED = [

@@ -270,7 +270,7 @@ def sweep_softcapped_ce(peaks: Peaks):
     rows, fastest = [], []
     for n_rows, num_predict in CE_CASES:
         fused, _, nbytes = _ce_case(n_rows, num_predict)
-        table = ce_config(n_rows, CE_VOCAB)
+        table = ce_config(torch.device(DEVICE), n_rows, CE_VOCAB)
         timings = sorted((time_ms(lambda: fused(config), rep_ms=40), config) for config in CE_CANDIDATES)
         for rank, (ms, config) in enumerate(timings):
             if rank < CE_SWEEP_SHOWN or config == table:

@@ -11,6 +11,7 @@ import torch
 
 from kernels.configs import SM90, device_key, pick
 from kernels.relu_square import GENERIC_MLP_CONFIG, MLPConfig, mlp_config
+from kernels.softcapped_ce import CEConfig, ce_config
 from kernels.symmetric import SYRK_GENERIC, SyrkConfig, syrk_config
 from kernels.transpose import TRANSPOSE_BYTES, TRANSPOSE_GENERIC, TransposeConfig, transpose_config
 
@@ -24,6 +25,8 @@ SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
     (24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
 }
 TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
+CE_SM90 = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
+CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
 
 # (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes
 TUNED = [
@@ -34,12 +37,15 @@ TUNED = [
     (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy
     (partial(transpose_config, dtype=torch.float32), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the add's fp32 source
     (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_BYTES, TRANSPOSE_BYTES),  # FP8: one rule
+    *[(partial(ce_config, n_rows=n_rows, n_cols=50304), CE_SM90, CE_GENERIC_VOCAB) for n_rows in (16384, 32768, 49152)],
 ]
 # (device -> config, the fallback): shapes no table has, on sm_90 too
 UNTUNED = [
     (partial(mlp_config, direction="forward", N=1024, K=256), GENERIC_MLP_CONFIG),
     (partial(syrk_config, dtype=torch.float32, batch=5, M=768, K=768), SYRK_GENERIC),
     (partial(syrk_config, dtype=BF16, batch=8, M=768, K=768), SYRK_GENERIC),
+    (partial(ce_config, n_rows=2048, n_cols=50304), CE_GENERIC_VOCAB),
+    (partial(ce_config, n_rows=16384, n_cols=256), CEConfig(8, 256, 4)),
 ]
 ELSEWHERE = [(8, 0), (10, 0), None]  # A100, B200, the CPU (None)
 

@@ -1,7 +1,7 @@
-"""Launch configs: every kernel family keeps a table of tuned configs, {device key: {shape key: config}}, and a
-generic fallback for other GPUs, other shapes and the CPU interpreter; `pick` chooses between them.
+"""Launch configs: every kernel family with tuned configs keeps a table of them, {device key: {shape key: config}},
+and a generic fallback for other GPUs, other shapes and the CPU interpreter; `pick` chooses between them.
 
-A launcher takes `config=None` to pick from its table, or an explicit config (kernels/bench.py's sweeps).
+Their launchers take `config=None` to pick from the table, or an explicit config (kernels/bench.py's sweeps).
 """
 import torch
 

@@ -29,8 +29,8 @@ from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_t
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
-from kernels.transpose import (TRANSPOSE_CONFIGS, TRANSPOSE_GENERIC, TransposeConfig, transpose_add_reference,
-                               transpose_add_triton, transpose_copy_reference, transpose_copy_triton)
+from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
+                               transpose_copy_reference, transpose_copy_triton)
 from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
                                  relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
@@ -108,8 +108,7 @@ def bench_transpose(peaks: Peaks):
     # op -> (kernel, PyTorch baseline, tensors moved: copy reads src + writes dst, add also reads dst)
     ops = {"transpose_copy": (transpose_copy_triton, transpose_copy_reference, 2),
            "transpose_add": (transpose_add_triton, transpose_add_reference, 3)}
-    capability = torch.cuda.get_device_capability()
-    table_config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
+    table_config = transpose_config(torch.device(DEVICE), torch.bfloat16)
     one_per_tile = TransposeConfig(table_config.block_m, table_config.block_n, table_config.num_warps, ctas_per_sm=0)
     rows = []
     for op, shape in TRANSPOSE_CASES + [(op, shape[::-1]) for op, shape in TRANSPOSE_CASES]:
@@ -271,7 +270,7 @@ def sweep_softcapped_ce(peaks: Peaks):
     rows, fastest = [], []
     for n_rows, num_predict in CE_CASES:
         fused, _, nbytes = _ce_case(n_rows, num_predict)
-        table = ce_config(n_rows, CE_VOCAB)
+        table = ce_config(torch.device(DEVICE), n_rows, CE_VOCAB)
         timings = sorted((time_ms(lambda: fused(config), rep_ms=40), config) for config in CE_CANDIDATES)
         for rank, (ms, config) in enumerate(timings):
             if rank < CE_SWEEP_SHOWN or config == table:
@@ -343,7 +342,7 @@ def sweep_relu_square(peaks: Peaks):
     for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                  config=config))]:
-        table = mlp_config(torch.device(DEVICE), direction)
+        table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
         for config in MLP_CANDIDATES:
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"

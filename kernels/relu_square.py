@@ -23,6 +23,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from kernels.configs import SM90, pick, sm_count
+
 
 # -----------------------------------------------------------------------------
 # Triton kernel
@@ -76,27 +78,23 @@ class MLPConfig(NamedTuple):
     num_warps: int
 
 
-# Configs by (compute capability major, pass). Tuned on one H100 for x (16384 or 49152, 768) @
-# (3072, 768)ᵀ over 5 candidates (python -m kernels.bench --sweep): 128x256x64 and 256x128x64 tiles
-# came within 3% of each other, the forward within 6% of a bare cuBLAS matmul of the same shape.
-# The backward stages its post tile too and runs out of shared memory with 4 stages. Other GPUs
-# and the interpreter take the generic config.
+# Configs by device, then (pass, N, K): the weight is (N, K) = (3072, 768) in both passes. Tuned on one H100 for
+# x (16384 or 49152, 768) @ (3072, 768)ᵀ over 5 candidates (python -m kernels.bench --sweep): 128x256x64 and
+# 256x128x64 tiles came within 3% of each other, the forward within 6% of a bare cuBLAS matmul of the same shape
+# (records/kernels-ce-mlp-2026-11-21.md). The token count M is not in the key: one config serves every stage's
+# (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages.
 MLP_CONFIGS = {
-    (9, "forward"): MLPConfig(128, 256, 64, 4, 8),
-    (9, "backward"): MLPConfig(128, 256, 64, 3, 8),
+    SM90: {
+        ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
+        ("backward", 3072, 768): MLPConfig(128, 256, 64, 3, 8),
+    },
 }
+# Fallback (other GPUs and shapes, the interpreter), untuned: half the tuned tile, so it needs less shared memory.
 GENERIC_MLP_CONFIG = MLPConfig(128, 128, 64, 3, 4)
 
 
-def mlp_config(device: torch.device, direction: str) -> MLPConfig:
-    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
-    return MLP_CONFIGS.get((major, direction), GENERIC_MLP_CONFIG)
-
-
-def _num_programs(device: torch.device) -> int:
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
-    return 4  # interpreter: a few programs, so that each walks several tiles as on the GPU
+def mlp_config(device: torch.device, direction: str, N: int, K: int) -> MLPConfig:
+    return pick(MLP_CONFIGS, device, (direction, N, K), GENERIC_MLP_CONFIG)
 
 
 # -----------------------------------------------------------------------------
@@ -116,10 +114,10 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
             "post must be the forward's (M, N) output"
     out = torch.empty(M, N, dtype=a.dtype, device=a.device)
     direction = "backward" if backward else "forward"
-    block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction)
+    block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
     out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
     post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
-    num_programs = min(_num_programs(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
+    num_programs = min(sm_count(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
     _matmul_relu_square_kernel[(num_programs,)](
         TensorDescriptor.from_tensor(a, [block_m, block_k]), TensorDescriptor.from_tensor(b, [block_n, block_k]),
         out_desc, post_desc, M, N, K, num_programs,

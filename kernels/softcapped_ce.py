@@ -56,6 +56,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.configs import SM90, pick
+
 LOG2E = math.log2(math.e)
 MAX_CAP = 64.0  # exp(-A) must stay a normal fp32 number (exp(-87) is the smallest)
 
@@ -169,7 +171,7 @@ class CEConfig(NamedTuple):
     num_stages: int = 1  # software pipelining of each pass's loads (cp.async through shared memory); 1: none
 
 
-# Configs per (N, V): one micro-batch of each training stage (N rows = tokens) and the padded GPT-2
+# Configs by device, then (N, V): one micro-batch of each training stage (N rows = tokens) and the padded GPT-2
 # vocabulary. Swept at N=49152 only (the other two reuse its winner) on an H100, torch 2.11, Triton 3.6:
 # bf16 logits, e5m2 gradient, K=1, ms by do_bench with L2 flushed (python -m kernels.bench --only
 # softcapped_ce --sweep). r: block_rows, v: block_v, w: num_warps, then the pass-2 order, the reciprocal's
@@ -178,20 +180,14 @@ class CEConfig(NamedTuple):
 #   r1 v2048 w8: forward mufu 4.16, forward fma 4.13, reverse mufu 4.02, reverse fma 3.99, reverse fma s3 3.93
 #   r1 v1024 w4 reverse fma: 4.11;  r2 v2048 w8 reverse fma: 4.07
 #   persistent grids of 2 or 4 programs per SM (an option since removed): 19-61% slower than one per row block
-# Any other shape takes the generic rule.
-CE_CONFIGS = {
-    (16384, 50304): CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1),
-    (32768, 50304): CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1),
-    (49152, 50304): CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1),
-}
+_SM90_CE = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
+CE_CONFIGS = {SM90: {(16384, 50304): _SM90_CE, (32768, 50304): _SM90_CE, (49152, 50304): _SM90_CE}}
 
 
-def ce_config(n_rows: int, n_cols: int) -> CEConfig:
-    if (n_rows, n_cols) in CE_CONFIGS:
-        return CE_CONFIGS[n_rows, n_cols]
-    # generic: ~2048 elements per program and iteration, rows packed together when V is small
+def ce_config(device: torch.device, n_rows: int, n_cols: int) -> CEConfig:
+    # Fallback, untuned (other shapes and GPUs, the interpreter): ~2048 elements a step, several rows if V is small
     block_v = min(2048, triton.next_power_of_2(n_cols))
-    return CEConfig(2048 // block_v, block_v, 4)
+    return pick(CE_CONFIGS, device, (n_rows, n_cols), CEConfig(2048 // block_v, block_v, 4))
 
 
 def _softcap_constants(A: float, B: float, C: float) -> dict:
@@ -225,7 +221,7 @@ def softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, 
     n_rows, n_cols = logits.shape
     losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     grad = torch.empty(n_rows, n_cols, dtype=out_dtype, device=logits.device)
-    config = config or ce_config(n_rows, n_cols)
+    config = config or ce_config(logits.device, n_rows, n_cols)
     _softcapped_ce_fused_kernel[(triton.cdiv(n_rows, config.block_rows),)](
         logits, targets, mtp_weights.contiguous(), losses, grad,
         n_rows, n_cols, logits.stride(0), grad.stride(0),

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.configs import SM90, pick
+
 
 @dataclass(frozen=True)
 class SyrkConfig:
@@ -29,28 +31,29 @@ class SyrkConfig:
     num_stages: int  # software-pipelining depth of the reduction loop
 
 
-# Keyed by (CUDA compute capability, dtype, batch, M, K) of the product Y·Yᵀ (batch of M x M
-# outputs, reduction length K). The batch matters: a 768 x 768 output is only 21 tiles of 128, so
-# the 8-GPU shards (3 or 5 matrices) fill the GPU only with 64-tiles. Everything else (fp32 and
-# fp16 tests, other shapes, the CPU interpreter) uses SYRK_GENERIC.
+# Configs by device, then (dtype, batch, M, K) of the product Y·Yᵀ (batch of M x M outputs, reduction length K).
+# The batch matters: a 768 x 768 output is only 21 tiles of 128, so the 8-GPU shards (3 or 5 matrices) fill the
+# GPU only with 64-tiles.
 # Tuning note: bf16 Polar Express shapes (768 x 768 attention matrices; 3072 x 768 MLP matrices
 # reduced over 3072; 5 / 3 per rank on 8 GPUs, 40 / 24 on 1 GPU), fastest of 9 candidates on one
 # H100 SXM (torch 2.11, Triton 3.6) with `python -m kernels.bench --sweep`, records/kernels-2026-11-21.md.
 _BF16 = torch.bfloat16
 SYRK_CONFIGS = {
-    ((9, 0), _BF16, 5, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
-    ((9, 0), _BF16, 3, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
-    ((9, 0), _BF16, 40, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
-    ((9, 0), _BF16, 24, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
-    ((9, 0), _BF16, 3, 768, 3072): SyrkConfig(block=64, block_k=128, num_warps=4, num_stages=3),
-    ((9, 0), _BF16, 24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    SM90: {
+        (_BF16, 5, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+        (_BF16, 3, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+        (_BF16, 40, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+        (_BF16, 24, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+        (_BF16, 3, 768, 3072): SyrkConfig(block=64, block_k=128, num_warps=4, num_stages=3),
+        (_BF16, 24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    },
 }
+# Fallback (fp32 and fp16, other shapes and GPUs, the interpreter): 64-tiles, the tuned choice when tiles are few.
 SYRK_GENERIC = SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=3)
 
 
 def syrk_config(device: torch.device, dtype: torch.dtype, batch: int, M: int, K: int) -> SyrkConfig:
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    return SYRK_CONFIGS.get((capability, dtype, batch, M, K), SYRK_GENERIC)
+    return pick(SYRK_CONFIGS, device, (dtype, batch, M, K), SYRK_GENERIC)
 
 
 @triton.jit

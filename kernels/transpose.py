@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.configs import SM90, pick, sm_count
+
 
 @dataclass(frozen=True)
 class TransposeConfig:
@@ -28,21 +30,26 @@ class TransposeConfig:
     ctas_per_sm: int  # persistent grid size = ctas_per_sm * SMs; 0 launches one program per tile
 
 
-# Tile configs keyed by CUDA compute capability; anything else (other GPUs, the CPU interpreter)
-# uses TRANSPOSE_GENERIC. Tuning note: 32 candidates timed on one H100 SXM (torch 2.11, Triton 3.6)
-# with `python -m kernels.bench --sweep` on the training shapes, bf16 copy (768, 50304) and add
-# (50304, 768), records/kernels-2026-11-21.md. 128 x 64 tiles were fastest for both; 4 programs
-# per SM are within 2% of one program per tile (85-90% of copy bandwidth either way) and hold
-# half the SM's warp slots, leaving room for NCCL kernels.
-TRANSPOSE_CONFIGS = {
-    (9, 0): TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4),
-}
-# 64-element segments are >= 128 bytes for bf16 and fp32, a full cache line either way.
+# Tile configs by device, then the element size in bytes: it sets how many elements fill a 128-byte line, while
+# the shape only changes the tile count. Tuning note: 32 candidates timed on one H100 SXM (torch 2.11, Triton 3.6)
+# with `python -m kernels.bench --sweep` on the training shapes, bf16 copy (768, 50304) and add (50304, 768),
+# records/kernels-2026-11-21.md. 128 x 64 tiles were fastest for both; 4 programs per SM are within 2% of one
+# program per tile (85-90% of copy bandwidth either way) and hold half the SM's warp slots, leaving room for NCCL
+# kernels. The training's add reads an fp32 source (the embedding's gradient accumulator): not swept, it takes
+# the bf16 tiles.
+_SM90_TILES = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
+TRANSPOSE_CONFIGS = {SM90: {2: _SM90_TILES, 4: _SM90_TILES}}
+# Fallbacks, any device. 64-element segments are >= 128 bytes for 2- and 4-byte types, a full cache line either way.
 TRANSPOSE_GENERIC = TransposeConfig(block_m=64, block_n=64, num_warps=4, ctas_per_sm=4)
 # 1-byte elements (the FP8 LM head's operands and logit gradients, copy only): 128-element segments
 # keep every read and write a full 128-byte line. Not swept; chosen by that rule.
 TRANSPOSE_BYTES = TransposeConfig(block_m=128, block_n=128, num_warps=8, ctas_per_sm=4)
 BYTE_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2, torch.uint8, torch.int8)
+
+
+def transpose_config(device: torch.device, dtype: torch.dtype) -> TransposeConfig:
+    size = dtype.itemsize
+    return pick(TRANSPOSE_CONFIGS, device, size, TRANSPOSE_BYTES if size == 1 else TRANSPOSE_GENERIC)
 
 
 @triton.jit
@@ -87,16 +94,9 @@ def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
     assert src.is_contiguous() and dst.is_contiguous(), "src and dst must be contiguous"
     if src.numel() == 0:
         return dst
-    if config is None and src.dtype in BYTE_DTYPES:
-        config = TRANSPOSE_BYTES
-    if config is None:
-        capability = torch.cuda.get_device_capability(src.device) if src.is_cuda else None
-        config = TRANSPOSE_CONFIGS.get(capability, TRANSPOSE_GENERIC)
+    config = config or transpose_config(src.device, src.dtype)
     num_tiles = triton.cdiv(M, config.block_m) * triton.cdiv(N, config.block_n)
-    grid_size = num_tiles
-    if config.ctas_per_sm:
-        sms = torch.cuda.get_device_properties(src.device).multi_processor_count if src.is_cuda else 1
-        grid_size = min(num_tiles, config.ctas_per_sm * sms)
+    grid_size = min(num_tiles, config.ctas_per_sm * sm_count(src.device)) if config.ctas_per_sm else num_tiles
     bytewise = src.dtype in BYTE_DTYPES  # moved as raw bytes: one kernel for every 1-byte type
     _transpose_kernel[(grid_size,)](
         src.view(torch.uint8) if bytewise else src, dst.view(torch.uint8) if bytewise else dst,

@@ -84,7 +84,7 @@ def test_e5m2_gradient(fma_reciprocal, n_rows, num_predict, poison_empty):
     one e5m2 step (2 mantissa bits, subnormal below 2^-14) from the fp64 reference rounded to e5m2."""
     grad_scale = 0.75 / 448  # GPTConfig.head_grad_scale
     logits, targets, weights = make_inputs(n_rows, 50304, torch.bfloat16, MTP_WEIGHTS[num_predict])
-    config = ce_config(n_rows, 50304)._replace(fma_reciprocal=fma_reciprocal)
+    config = ce_config(logits.device, n_rows, 50304)._replace(fma_reciprocal=fma_reciprocal)
     _, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=grad_scale,
                                    out_dtype=torch.float8_e5m2, config=config)
     _, ref = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=grad_scale,
@@ -109,7 +109,8 @@ EDGE_CASES = [
 @pytest.mark.parametrize("name,n_rows,n_cols,weights,targets", EDGE_CASES, ids=[c[0] for c in EDGE_CASES])
 def test_mtp_edge_cases(reverse_pass2, fma_reciprocal, name, n_rows, n_cols, weights, targets, poison_empty):
     logits, targets, weights = make_inputs(n_rows, n_cols, torch.float32, weights, targets)
-    config = ce_config(n_rows, n_cols)._replace(reverse_pass2=reverse_pass2, fma_reciprocal=fma_reciprocal)
+    config = ce_config(logits.device, n_rows, n_cols)._replace(reverse_pass2=reverse_pass2,
+                                                             fma_reciprocal=fma_reciprocal)
     check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
 
 
@@ -121,7 +122,7 @@ def test_saturated_and_nan_logits(fma_reciprocal, poison_empty):
     logits, targets, weights = make_inputs(6, 37, torch.float32, MTP_WEIGHTS[2])
     logits[0, :9] = torch.tensor([-1e4, -700.0, -650.0, 700.0, 1e4, float("-inf"), float("inf"), -1e38, 3e38])
     logits[1, targets[1]] = -1e4  # a target whose sigmoid is 0: loss = lse
-    config = ce_config(6, 37)._replace(fma_reciprocal=fma_reciprocal)
+    config = ce_config(logits.device, 6, 37)._replace(fma_reciprocal=fma_reciprocal)
     check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
     logits[4, 20] = float("nan")
     losses, _ = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, config=config)

@@ -1,0 +1,25 @@
+"""Launch configs: every kernel family with tuned configs keeps a table of them, {device key: {shape key: config}},
+and a generic fallback for other GPUs, other shapes and the CPU interpreter; `pick` chooses between them.
+
+Their launchers take `config=None` to pick from the table, or an explicit config (kernels/bench.py's sweeps).
+"""
+import torch
+
+# Tables are keyed by CUDA compute capability: they were tuned on H100s, and the H200 is the same sm_90 chip
+# (132 SMs) with more memory, so one key covers both. Other GPUs and the CPU interpreter (key None) fall back.
+SM90 = (9, 0)
+
+
+def device_key(device: torch.device) -> tuple[int, int] | None:
+    return torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+
+
+def pick(table: dict, device: torch.device, shape_key, fallback):
+    """table[device key][shape key] if tuned, else fallback."""
+    return table.get(device_key(device), {}).get(shape_key, fallback)
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs to size a persistent grid by. The interpreter gets 2 stand-ins, so that such a grid still has several
+    programs, each walking several tiles, as on a GPU."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2

@@ -1,0 +1,88 @@
+"""Which launch config each kernel family picks (kernels/configs.py), without a GPU: on a faked sm_90 device the
+tuned config for each shape the records tuned, and each family's generic fallback on other devices (other GPUs,
+the interpreter's CPU) and on other shapes.
+
+    python3 -m pytest -q tests/test_configs.py
+"""
+from functools import partial
+
+import pytest
+import torch
+
+from kernels.configs import SM90, device_key, pick
+from kernels.relu_square import GENERIC_MLP_CONFIG, MLPConfig, mlp_config
+from kernels.softcapped_ce import CEConfig, ce_config
+from kernels.symmetric import SYRK_GENERIC, SyrkConfig, syrk_config
+from kernels.transpose import TRANSPOSE_BYTES, TRANSPOSE_GENERIC, TransposeConfig, transpose_config
+
+BF16 = torch.bfloat16
+SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
+    (5, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+    (3, 768, 768): SyrkConfig(block=64, block_k=64, num_warps=4, num_stages=4),
+    (40, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    (24, 768, 768): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+    (3, 768, 3072): SyrkConfig(block=64, block_k=128, num_warps=4, num_stages=3),
+    (24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
+}
+TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
+CE_SM90 = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
+CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
+
+# (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes
+TUNED = [
+    (partial(mlp_config, direction="forward", N=3072, K=768), MLPConfig(128, 256, 64, 4, 8), GENERIC_MLP_CONFIG),
+    (partial(mlp_config, direction="backward", N=3072, K=768), MLPConfig(128, 256, 64, 3, 8), GENERIC_MLP_CONFIG),
+    *[(partial(syrk_config, dtype=BF16, batch=batch, M=M, K=K), config, SYRK_GENERIC)
+      for (batch, M, K), config in SYRK_SM90.items()],
+    (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy
+    (partial(transpose_config, dtype=torch.float32), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the add's fp32 source
+    (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_BYTES, TRANSPOSE_BYTES),  # FP8: one rule
+    *[(partial(ce_config, n_rows=n_rows, n_cols=50304), CE_SM90, CE_GENERIC_VOCAB) for n_rows in (16384, 32768, 49152)],
+]
+# (device -> config, the fallback): shapes no table has, on sm_90 too
+UNTUNED = [
+    (partial(mlp_config, direction="forward", N=1024, K=256), GENERIC_MLP_CONFIG),
+    (partial(syrk_config, dtype=torch.float32, batch=5, M=768, K=768), SYRK_GENERIC),
+    (partial(syrk_config, dtype=BF16, batch=8, M=768, K=768), SYRK_GENERIC),
+    (partial(ce_config, n_rows=2048, n_cols=50304), CE_GENERIC_VOCAB),
+    (partial(ce_config, n_rows=16384, n_cols=256), CEConfig(8, 256, 4)),
+]
+ELSEWHERE = [(8, 0), (10, 0), None]  # A100, B200, the CPU (None)
+
+
+def case_id(config_for) -> str:
+    return f"{config_for.func.__name__}({', '.join(map(str, config_for.keywords.values()))})"
+
+
+@pytest.fixture
+def device_with(monkeypatch):
+    """device_with((9, 0)): a CUDA device that reports that compute capability (only the capability is asked
+    for); device_with(None): the CPU."""
+    def make(capability):
+        if capability is None:
+            return torch.device("cpu")
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        return torch.device("cuda")
+    return make
+
+
+def test_pick_by_device_then_shape(device_with):
+    table = {SM90: {"tuned shape": "tuned"}}
+    assert device_key(device_with(None)) is None
+    assert device_key(device_with(SM90)) == SM90
+    assert pick(table, device_with(SM90), "tuned shape", "generic") == "tuned"
+    assert pick(table, device_with(SM90), "other shape", "generic") == "generic"
+    for capability in ELSEWHERE:
+        assert pick(table, device_with(capability), "tuned shape", "generic") == "generic"
+
+
+@pytest.mark.parametrize("config_for, tuned, fallback", TUNED, ids=[case_id(case[0]) for case in TUNED])
+def test_tuned_shapes(device_with, config_for, tuned, fallback):
+    assert config_for(device_with(SM90)) == tuned
+    for capability in ELSEWHERE:
+        assert config_for(device_with(capability)) == fallback, capability
+
+
+@pytest.mark.parametrize("config_for, fallback", UNTUNED, ids=[case_id(case[0]) for case in UNTUNED])
+def test_other_shapes_fall_back(device_with, config_for, fallback):
+    assert config_for(device_with(SM90)) == fallback

@@ -1,12 +1,12 @@
 """Projects this project's ms/step on 8xH100 (the record box) from one-GPU measurements, with a model calibrated on
 the reference (modded-nanogpt PR #233), whose one-GPU times and published 8xH100 log are both known.
 
-    python3 records/project_8gpu.py --project_1gpu 224,428,637 --project_emulated8 31,56,82 \
+    python3 tools/project_8gpu.py --project_1gpu 224,428,637 --project_emulated8 31,56,82 \
         [--ledger LEDGER.json] [--ref_opt1_ms 6.0] [--ref_opt8_ms 1.0] [--bus_gbps 340] [--json OUT]
 
 --project_1gpu: the project's ms/step by stage on one H100 (8 micro-batches per step); --project_emulated8: the same
 with --emulate_world_size 8 (rank 0's whole share of an 8-GPU step, collectives skipped); --ledger: the JSON of
-`records/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted).
+`tools/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted).
 
 Model, per stage s (stages 1-3; the 40 extension steps run at stage 3's rate):
     t8(s)      = compute(s) + alpha * comm(s)
@@ -188,7 +188,7 @@ def main(argv=None):
     parser.add_argument("--project_1gpu", type=three_floats, required=True, help="ms/step by stage, one GPU")
     parser.add_argument("--project_emulated8", type=three_floats, required=True,
                         help="ms/step by stage with --emulate_world_size 8")
-    parser.add_argument("--ledger", help="records/comm_ledger.py --world_size 8 --json output (default: build it)")
+    parser.add_argument("--ledger", help="tools/comm_ledger.py --world_size 8 --json output (default: build it)")
     parser.add_argument("--ref_opt1_ms", type=float, default=DEFAULT_REF_OPT1_MS)
     parser.add_argument("--ref_opt8_ms", type=float, default=DEFAULT_REF_OPT8_MS)
     parser.add_argument("--bus_gbps", type=float, default=DEFAULT_BUS_GBPS)

@@ -1,7 +1,7 @@
 """Host (CPU) time per call of the ops a training step launches, with tiny shapes so that the GPU never
 limits: where a host-bound step (stage 1 of the proxy) spends its time. CUDA only.
 
-    PYTHONPATH=. python3 records/host_overhead.py
+    PYTHONPATH=. python3 tools/host_overhead.py
 """
 import time
 
@@ -21,7 +21,7 @@ def clone_op(a: torch.Tensor) -> torch.Tensor:
 
 def main():
     if not torch.cuda.is_available():
-        raise SystemExit("records/host_overhead.py measures CUDA launches; run it on a GPU machine")
+        raise SystemExit("tools/host_overhead.py measures CUDA launches; run it on a GPU machine")
     T, D, H, V, dev, bf16 = 256, 768, 3072, 50304, "cuda", torch.bfloat16
     x = torch.randn(T, D, device=dev, dtype=bf16)
     w_in, w_out = (0.02 * torch.randn(H, D, device=dev, dtype=bf16) for _ in range(2))

@@ -3,7 +3,7 @@
 window (idle time = the host could not keep up), and the host's time per step (what 8 GPUs, at one
 micro-batch per step, would have to hide under each step's GPU time).
 
-    python3 records/trace_summary.py logs/<run_id>_trace.json STEPS
+    python3 tools/trace_summary.py logs/<run_id>_trace.json STEPS
 """
 import collections
 import json

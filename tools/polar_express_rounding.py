@@ -1,7 +1,7 @@
 """Why NorMuon's Polar Express input is normalized in fp32 and rounded to bf16 once (kernels/polar_express.py), where
 the reference rounds the gradient to bf16 first and normalizes in bf16: error against fp64, on the CPU.
 
-    python3 records/polar_express_rounding.py
+    python3 tools/polar_express_rounding.py
 
 Gradient-like matrices (rank 16 plus noise) of the two bank shapes; "truth" runs the same five polynomials in fp64.
 Measured 2026-11-23 (torch 2.13 CPU): input error 1.66e-3 (one rounding) against 2.5-2.7e-3 (two roundings); after

@@ -1,6 +1,6 @@
 """The communication ledger: every collective of an optimizer step at a world size, with its bytes.
 
-    python3 records/comm_ledger.py [--world_size 8] [--json FILE]
+    python3 tools/comm_ledger.py [--world_size 8] [--json FILE]
 
 Built from train_gpt.py's own optimizer (NorMuonAdam.ledger, the list step() launches) on the full-size model,
 created on the meta device (shapes only, no memory). Three kinds of step: NorMuon only (even steps), Adam while
@@ -53,7 +53,7 @@ def ledgers(world_size: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--world_size", type=int, default=8)
-    parser.add_argument("--json", help="also write the ledger as JSON (for records/project_8gpu.py)")
+    parser.add_argument("--json", help="also write the ledger as JSON (for tools/project_8gpu.py)")
     args = parser.parse_args()
     table = ledgers(args.world_size)
     print(f"world size {args.world_size}: collectives per optimizer step (MB = 1e6 bytes)")

@@ -1,7 +1,7 @@
 """Plot training logs as one PNG: validation loss against train time, and ms/step by stage.
 
-    python3 records/plot.py LOG [LOG ...] --out FILE.png [--labels a,b]
-    python3 records/plot.py REFERENCE_LOG --scheduled_steps S --out FILE.png   # modded-nanogpt log
+    python3 tools/plot.py LOG [LOG ...] --out FILE.png [--labels a,b]
+    python3 tools/plot.py REFERENCE_LOG --scheduled_steps S --out FILE.png   # modded-nanogpt log
 
 Reads this project's train_gpt.py logs and the reference (modded-nanogpt) logs. Ours print
 `ms/step by stage`; for a log without it, the stages are recomputed from the per-step train_time lines,
@@ -101,7 +101,7 @@ def main(argv=None):
                         help="steps before the extension, for logs with no ms/step or config line")
     args = parser.parse_args(argv)
     if plt is None:
-        sys.exit("records/plot.py needs matplotlib: python3 -m pip install matplotlib")
+        sys.exit("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
     labels = args.labels.split(",") if args.labels else [Path(p).stem for p in args.logs]
     if len(labels) != len(args.logs):
         sys.exit(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")

@@ -2,7 +2,7 @@
 
 pip is never reached: python3 on PATH is a shim that fails `python3 -m pip ...` (exit 97). run.sh's steps are
 checked in a copy of the scripts with stub train_gpt.py / data scripts, in its dry run (RUN_SH_DRY_RUN=1), and
-once against the real train_gpt.py's --check.
+once against the real train_gpt.py's --check. Also: every relative link in README.md and records/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """

@@ -647,7 +647,7 @@ SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touc
 # The non-finite guard reads every reduced shard but the token tables': their gradients are the stream's
 # gradient scattered by token, after it passed every layer, where the checked banks' and per-layer scalars'
 # gradients already sum it over all positions (0 * NaN is NaN, so zero rows hide nothing). Skipping them
-# saves reading ~150-200 MB per Adam step: ~0.05% of an 8-GPU stage-3 step (records/2026-11-23_fa3-and-8gpu).
+# saves reading ~150-200 MB per Adam step: ~0.05% of an 8-GPU stage-3 step (records/enwiki-124/2026-11-23_guard-cost).
 GUARD_SKIPS = ("embed", "value_embeds", "bigram_embed")
 
 

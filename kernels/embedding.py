@@ -25,7 +25,7 @@ class EmbeddingConfig(NamedTuple):
 
 # One config for every device and shape, untuned, and no table: on an H100 it already runs at 95-100% of the copy
 # bandwidth on the training's value-embedding lookups (5 x 16384 and 5 x 49152 rows of 768;
-# `python -m kernels.bench --only embedding`, records/kernels-s4-2026-11-21.md).
+# `python -m kernels.bench --only embedding`, records/kernels/2026-11-21_embedding-grad-scatter).
 EMBEDDING_CONFIG = EmbeddingConfig(block_rows=16, block_d=256, num_warps=4)
 
 

@@ -81,7 +81,7 @@ class MLPConfig(NamedTuple):
 # Configs by device, then (pass, N, K): the weight is (N, K) = (3072, 768) in both passes. Tuned on one H100 for
 # x (16384 or 49152, 768) @ (3072, 768)ᵀ over 5 candidates (python -m kernels.bench --sweep): 128x256x64 and
 # 256x128x64 tiles came within 3% of each other, the forward within 6% of a bare cuBLAS matmul of the same shape
-# (records/kernels-ce-mlp-2026-11-21.md). The token count M is not in the key: one config serves every stage's
+# (records/kernels/2026-11-21_relu-square). The token count M is not in the key: one config serves every stage's
 # (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages.
 MLP_CONFIGS = {
     SM90: {

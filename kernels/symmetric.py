@@ -36,7 +36,7 @@ class SyrkConfig:
 # GPU only with 64-tiles.
 # Tuning note: bf16 Polar Express shapes (768 x 768 attention matrices; 3072 x 768 MLP matrices
 # reduced over 3072; 5 / 3 per rank on 8 GPUs, 40 / 24 on 1 GPU), fastest of 9 candidates on one
-# H100 SXM (torch 2.11, Triton 3.6) with `python -m kernels.bench --sweep`, records/kernels-2026-11-21.md.
+# H100 SXM (torch 2.11, Triton 3.6) with `python -m kernels.bench --sweep`, records/kernels/2026-11-21_symmetric.
 _BF16 = torch.bfloat16
 SYRK_CONFIGS = {
     SM90: {

@@ -33,7 +33,7 @@ class TransposeConfig:
 # Tile configs by device, then the element size in bytes: it sets how many elements fill a 128-byte line, while
 # the shape only changes the tile count. Tuning note: 32 candidates timed on one H100 SXM (torch 2.11, Triton 3.6)
 # with `python -m kernels.bench --sweep` on the training shapes, bf16 copy (768, 50304) and add (50304, 768),
-# records/kernels-2026-11-21.md. 128 x 64 tiles were fastest for both; 4 programs per SM are within 2% of one
+# records/kernels/2026-11-21_transpose. 128 x 64 tiles were fastest for both; 4 programs per SM are within 2% of one
 # program per tile (85-90% of copy bandwidth either way) and hold half the SM's warp slots, leaving room for NCCL
 # kernels. The training's add reads an fp32 source (the embedding's gradient accumulator): not swept, it takes
 # the bf16 tiles.

@@ -5,11 +5,12 @@ the symbolic token count.
 
 The model compiles with dynamic shapes (one graph for every stage). A view that Inductor cannot express as new
 strides of a symbolic-size buffer becomes a copy kernel whose index math takes `% (c*T)`. On an H100 such kernels
-cost several times their static-shape time, and the copies themselves cost more (records/2026-11-21_gpu-notes.md,
-sessions 3 and 4). This builds the model with the GPU's settings (varlen attention, fused MLP, FP8 head: custom
-ops, only traced here), compiles forward and backward with Inductor's Triton backend for the CPU, and reports the
-kernels. Their execution under the Triton interpreter fails (InterpreterError), and that failure alone is expected
-and ignored: only the generated code matters; any other error is raised.
+cost several times their static-shape time, and the copies themselves cost more (records/enwiki-124/, the
+2026-11-21 static-vs-dynamic-compile and paired-head-layout records). This builds the model with the GPU's settings
+(varlen attention, fused MLP, FP8 head: custom ops, only traced here), compiles forward and backward with
+Inductor's Triton backend for the CPU, and reports the kernels. Their execution under the Triton interpreter fails
+(InterpreterError), and that failure alone is expected and ignored: only the generated code matters; any other error
+is raised.
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""records/plot.py: exact parsing of both log formats (ours and modded-nanogpt's), the CLI's PNG and its errors.
+"""tools/plot.py: exact parsing of both log formats (ours and modded-nanogpt's), the CLI's PNG and its errors.
 
     python3 -m pytest -q tests/test_plot.py
 """
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-plot = importlib.import_module("records.plot")
+plot = importlib.import_module("tools.plot")
 
-PLOT_PY = Path(__file__).resolve().parents[1] / "records" / "plot.py"
+PLOT_PY = Path(__file__).resolve().parents[1] / "tools" / "plot.py"
 
 # Our format: the source code comes first (its lines that merely contain a log line must be ignored),
 # then the config, step lines and the trainer's own ms/step by stage.
@@ -117,4 +117,4 @@ def test_cli_without_matplotlib(logs, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     result = run_cli(logs[0], "--out", tmp_path / "plot.png", env=env)
     assert result.returncode != 0
-    assert result.stderr.strip() == "records/plot.py needs matplotlib: python3 -m pip install matplotlib"
+    assert result.stderr.strip() == "tools/plot.py needs matplotlib: python3 -m pip install matplotlib"

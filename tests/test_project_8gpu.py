@@ -1,4 +1,4 @@
-"""records/project_8gpu.py: the calibration on the reference, the projection, the totals and the CLI on the real ledger.
+"""tools/project_8gpu.py: the calibration on the reference, the projection, the totals and the CLI on the real ledger.
 
     python3 -m pytest -q -p no:cacheprovider tests/test_project_8gpu.py
 """
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-proj = importlib.import_module("records.project_8gpu")
+proj = importlib.import_module("tools.project_8gpu")
 
-RECORDS = Path(__file__).resolve().parents[1] / "records"
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 # A hand-made ledger: every step kind sends 2e9 bytes in the reference's accounting. Adam steps carry a sparse
 # all-to-all of 1e6 bigram rows (1.536e9 bytes of bf16 rows, to which the reference adds 4e6 bytes of int32 indices),
@@ -97,7 +97,7 @@ def test_cli_end_to_end_on_the_real_ledger(tmp_path):
     """comm_ledger.py's JSON, and the ledger built in-process when --ledger is omitted, give the same projection;
     its bytes are the ledger's and its calibration reproduces the published times."""
     def run(script, *args):
-        out = subprocess.run([sys.executable, str(RECORDS / script), *args], capture_output=True, text=True)
+        out = subprocess.run([sys.executable, str(TOOLS / script), *args], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         return out.stdout
     run("comm_ledger.py", "--world_size", "8", "--json", str(tmp_path / "ledger.json"))

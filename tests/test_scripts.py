@@ -2,11 +2,12 @@
 
 pip is never reached: python3 on PATH is a shim that fails `python3 -m pip ...` (exit 97). run.sh's steps are
 checked in a copy of the scripts with stub train_gpt.py / data scripts, in its dry run (RUN_SH_DRY_RUN=1), and
-once against the real train_gpt.py's --check.
+once against the real train_gpt.py's --check. Also: every relative link in README.md and records/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -144,3 +145,16 @@ def test_run_sh_with_real_train_gpt_check(shim):
                   RUN_SH_DRY_RUN="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "--vocab_size" not in launched(proc.stdout)
+
+
+def test_markdown_links_in_readme_and_records_resolve():
+    """Every relative link (and picture) in README.md and records/**/README.md names a file or folder that exists."""
+    broken = []
+    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md"))]:
+        text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)  # code blocks hold no links
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue  # web addresses and anchors
+            if not (md.parent / target.split("#")[0]).exists():
+                broken.append(f"{md.relative_to(REPO)}: {target}")
+    assert not broken, "\n".join(broken)

@@ -652,8 +652,8 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
 
 
 def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
-    """records/trace_summary.py: per-step GPU time by family, idle time between kernels, host time per step."""
-    sys.path.insert(0, str(REPO / "records"))
+    """tools/trace_summary.py: per-step GPU time by family, idle time between kernels, host time per step."""
+    sys.path.insert(0, str(REPO / "tools"))
     import trace_summary
     kernels = [("triton_poi_fused_add_0", 0, 100), ("nvjet_sm90_tst_gemm", 150, 200), ("_transpose_kernel", 400, 100)]
     events = [{"cat": "kernel", "name": n, "ts": ts, "dur": dur} for n, ts, dur in kernels] + [{"cat": "cpu_op", "name": "x"}]

@@ -4,6 +4,7 @@ end-to-end runs (one process, and two gloo processes against one with accumulati
     python3 -m pytest -q tests/test_train.py
 """
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -614,6 +615,45 @@ def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     log = (tmp_path / "smoke.txt").read_text()
     assert "# kernels/transpose.py" in log and "config: " in log  # the log records code and settings
     assert (tmp_path / "smoke_trace.json").stat().st_size > 0  # --profile_steps wrote a Chrome trace
+
+
+# SHA-256 of the weights, optimizer state and val losses of the tiny CPU configuration after 8 steps (every stage,
+# Adam's odd steps, the untie), with threads and CPU kernels pinned. Only a change of the exact math changes it:
+# such a change updates it here and says why in its commit message.
+EXACT_MATH_DIGEST = "b270a8d847cb4e14fbf22c4a0082a9bc371024382ac0fd3ca242f363d091751d"
+# One thread, deterministic algorithms, the plain (non-vectorized) ATen kernels, no oneDNN, MKL's reproducible path:
+# the same bits on any x86-64 CPU.
+PINNED_CPU = dict(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MKL_CBWR="COMPATIBLE", ATEN_CPU_CAPABILITY="default")
+
+
+def digest_of_run(log_dir: Path, run_id: str) -> str:
+    def walk(tree, prefix):
+        if isinstance(tree, dict):
+            for key in sorted(tree, key=str):
+                yield from walk(tree[key], f"{prefix}.{key}")
+        elif isinstance(tree, torch.Tensor):
+            yield prefix.encode() + tree.contiguous().view(torch.uint8).numpy().tobytes()
+        else:
+            yield f"{prefix}={tree!r}".encode()
+    state = torch.load(log_dir / f"{run_id}_checkpoint_rank0.pt", weights_only=True)["state"]
+    h = hashlib.sha256()
+    for chunk in walk({"model": state["model"], "optimizer": state["optimizer"]}, "state"):
+        h.update(chunk)
+    h.update(" ".join(re.findall(r"^step:\d+/\d+ val_loss:(\S+)", (log_dir / f"{run_id}.txt").read_text(), re.M)).encode())
+    return h.hexdigest()
+
+
+def test_exact_math_is_pinned_on_the_cpu(tmp_path, synthetic_data):
+    """The recipe's exact math, bit for bit: a refactor or a speed change of the same math leaves the digest alone."""
+    pinned = ("import runpy, sys, torch; torch.use_deterministic_algorithms(True); torch.backends.mkldnn.enabled = False; "
+              "sys.argv = ['train_gpt.py', *sys.argv[1:]]; runpy.run_path('train_gpt.py', run_name='__main__')")
+    r = subprocess.run([sys.executable, "-c", pinned, *TINY_FLAGS, "--train_files", synthetic_data["train"],
+                        "--val_files", synthetic_data["val"], "--num_scheduled_steps", "6", "--num_extension_steps", "2",
+                        "--val_every", "4", "--save_checkpoint", "True", "--log_dir", str(tmp_path), "--run_id", "pin"],
+                       cwd=REPO, capture_output=True, text=True, timeout=600,
+                       env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **PINNED_CPU})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert digest_of_run(tmp_path, "pin") == EXACT_MATH_DIGEST
 
 
 @pytest.mark.parametrize("world_size", [2, 4, 8])

@@ -188,7 +188,7 @@ from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: 
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch  # noqa: E402
 from harness.log import Logger  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
-from harness.report import TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
+from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
@@ -644,11 +644,12 @@ WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_b
               "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "value_embeds", "bigram_embed",
               "lm_head", "embed", "attn_bank", "mlp_bank"]
 SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touches a small part of the table
-# The non-finite guard reads every reduced shard but the token tables': their gradients are the stream's
-# gradient scattered by token, after it passed every layer, where the checked banks' and per-layer scalars'
-# gradients already sum it over all positions (0 * NaN is NaN, so zero rows hide nothing). Skipping them
-# saves reading ~150-200 MB per Adam step: ~0.05% of an 8-GPU stage-3 step (records/enwiki-124/2026-11-23_guard-cost).
-GUARD_SKIPS = ("embed", "value_embeds", "bigram_embed")
+# The gradient norm (for the non-finite guard and the log) reads every reduced shard but the token tables': their
+# gradients are the stream's gradient scattered by token, after it passed every layer, where the checked banks'
+# and per-layer scalars' gradients already sum it over all positions (0 * NaN is NaN, so zero rows hide nothing).
+# Skipping them saves reading ~150-200 MB per Adam step: ~0.05% of an 8-GPU stage-3 step
+# (records/enwiki-124/2026-11-23_guard-cost).
+NORM_SKIPS = ("embed", "value_embeds", "bigram_embed")
 
 
 def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: Tensor, beta2: Tensor,
@@ -869,9 +870,9 @@ class NorMuonAdam:
         return dist.all_gather_into_tensor(full, self._shard(name, full), async_op=True)
 
     @torch.no_grad()
-    def step(self, lr_scale: float, muon_momentum: float, do_adam: bool, grad_norms: bool = False) -> list[Tensor]:
-        """lr_scale: the schedule's multiplier on every base lr. grad_norms: also return the norm of every reduced
-        gradient shard the step read (for the non-finite guard: it costs no extra communication)."""
+    def step(self, lr_scale: float, muon_momentum: float, do_adam: bool) -> Tensor:
+        """lr_scale: the schedule's multiplier on every base lr. Returns this rank's share of the squared norm of the
+        reduced gradients the step read (but NORM_SKIPS), 0-d fp32 on the device: summed over ranks, the whole."""
         active = self._active(do_adam, self.tied)
         grads = self.gradients()
         if self.tied and do_adam:  # the embedding's gradient belongs to the head while they are tied
@@ -892,11 +893,7 @@ class NorMuonAdam:
                 head_gather = work
             elif work is not None:
                 gathers.append(work)
-        norms = []  # before the zeroing below; one fused norm per dtype (a mixed list falls back to a kernel each)
-        if grad_norms:
-            checked = [g for name, g in zip(names, shards) if name not in GUARD_SKIPS]
-            for dtype in {g.dtype for g in checked}:
-                norms += torch._foreach_norm([g for g in checked if g.dtype == dtype])
+        grad_sq = self._squared_norm([(n, g) for n, g in zip(names, shards) if n not in NORM_SKIPS])  # before zeroing
 
         if self.tied and do_adam:  # phase 3
             if head_gather is not None:
@@ -908,7 +905,24 @@ class NorMuonAdam:
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
         torch._foreach_zero_([g for n, g in grads.items() if do_adam or PARAM_RULES[n].optim == "normuon"])
-        return norms
+        return grad_sq
+
+    def _squared_norm(self, shards: list[tuple[str, Tensor]]) -> Tensor:
+        """Sum of the shards' squared norms, those of gradients whole on every rank divided by the ranks that will
+        sum it. One fused norm per dtype: a mixed list falls back to a kernel per tensor."""
+        ranks = self.world_size if self.distributed else 1
+        parts = {True: [], False: []}  # sharded over the summing ranks, or whole on each
+        for name, g in shards:
+            parts[PARAM_RULES[name].sharded and ranks > 1].append(g)
+        total = None
+        for sharded, grads in parts.items():
+            if grads:
+                norms = [norm for dtype in {g.dtype for g in grads}
+                         for norm in torch._foreach_norm([g for g in grads if g.dtype == dtype], 2, dtype=torch.float32)]
+                sq = torch.stack(norms).square().sum()
+                sq = sq if sharded or ranks == 1 else sq / ranks
+                total = sq if total is None else total + sq
+        return total
 
     def _adam_step(self, name: str, grad: Tensor, lr_scale: float):
         rule, state = PARAM_RULES[name], self.state[name]
@@ -1368,6 +1382,10 @@ class Trainer:
         self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
         self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
+        # per step, this rank's shares of the mean training loss per token and of the squared gradient norm (summed
+        # over ranks when read: StepLines); they stay on the device, so no step waits for them
+        self.metrics = torch.zeros(schedule.total_steps, 2, device=rt.device)
+        self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size)
         self.stop, self.watch = stop, Watch(self, stop, self.checkpoints, log)
@@ -1401,8 +1419,11 @@ class Trainer:
             self.model.extend_rotary(old, new)
             self.rotary_extensions.append((old, new))
 
-    def validate(self, step: int, final: bool) -> float:
-        """The mean validation loss over all ranks, with the windows of `step` (final: the final long window)."""
+    def validate(self, step: int, clock: TrainClock) -> float:
+        """The mean validation loss over all ranks with the windows of `step` (the last: the final long window)."""
+        final = step == self.schedule.total_steps
+        if final:  # before the final validation, so that its line ends the log
+            self.log(clock.stage_line())
         self.set_rotary(step)
         sched = self.forward_schedule(step, final)
         self.model.eval()
@@ -1413,7 +1434,8 @@ class Trainer:
         loss = total / len(self.val)
         if self.rt.distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
-        return loss.item()
+        self.log(clock.val_line(step, self.schedule.total_steps, loss := loss.item()))
+        return loss
 
     def next_batches(self, step: int) -> StepData:
         settings = self.schedule.at(step)
@@ -1432,14 +1454,15 @@ class Trainer:
     def train_step(self, step: int, data: StepData):
         self.set_rotary(step)
         sched = self.forward_schedule(step)
-        losses = [self.micro_step(mb, sched) for mb in data.micro_batches]
+        losses = [self.micro_step(mb, sched) for mb in data.micro_batches]  # each: summed loss / grad_accum_steps
         if data.bigram_rows is not None:
             self.optimizer.note_touched_rows(data.bigram_rows)
-        guard = self.hp.guard_every > 0
         with torch.profiler.record_function("optimizer_step"):  # a named range in --profile_steps traces
-            grad_norms = self.optimizer.step(*self.optimizer_args(step), grad_norms=guard)
-        if guard:  # the losses and the gradient shards the optimizer read: no extra pass over the full gradients
-            self.guard.observe(step, losses, grad_norms)
+            grad_sq = self.optimizer.step(*self.optimizer_args(step))
+        tokens = self.schedule.at(step).micro_batch_tokens * self.ranks_summed
+        self.metrics[step] = torch.stack([torch.stack(losses).sum() / tokens, grad_sq])
+        if self.hp.guard_every > 0:  # values the step made anyway: no extra pass over the full gradients
+            self.guard.observe(step, self.metrics[step])
         if step == self.schedule.split_step:
             self.optimizer.untie()
 
@@ -1492,49 +1515,48 @@ class Trainer:
 
     def run(self, resume: dict | None = None):
         """Warm up, then train and validate to the end. resume: a checkpoint (Checkpoints.save) to go on from."""
-        hp, schedule, log, total = self.hp, self.schedule, self.log, self.schedule.total_steps
+        hp, log, total = self.hp, self.log, self.schedule.total_steps
         if hp.warmup and (hp.compile or self.graphs):  # eager steps on the CPU have nothing to prepare
             self.warmup()
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
-        start = resume["state"]["step"] if resume else 0
-        if resume:
-            self.restore(resume["state"])
-            log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
-        clock = TrainClock(schedule.bounds, self.sync, resume)
+        start = self.resume(resume) if resume else 0
+        clock = TrainClock(self.schedule.bounds, self.sync, resume)
+        lines = StepLines(self.metrics, clock, total, log, self.rt.distributed)
+        profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
+        self.watch.begin(start, lines)
         clock.start()
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")
-        profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
-        self.watch.begin(start)
         for step in range(start, total + 1):
-            last = step == total
             clock.at_step(step)
-            if last:  # before the final validation, so that its line ends the log
-                log(clock.stage_line())
-            validate = last or (hp.val_every > 0 and step % hp.val_every == 0)
+            validate = step == total or (hp.val_every > 0 and step % hp.val_every == 0)
             stopping = self.watch.check(step, validate)  # a non-finite step raises here, with its capture
-            saving = self.checkpoints.due(step, start, last, stopping)
-            if validate or saving:  # untimed
+            saving = self.checkpoints.due(step, start, step == total, stopping)
+            if validate or saving:  # untimed; the device is waited for anyway
                 clock.pause()
+                lines.flush(step)
             if saving:
                 log(f"checkpoint of step {step}: {self.checkpoints.save(self.state(step), clock.state())}")
             if stopping:
                 raise Stopped(f"stopped by {self.stop.reason or 'a signal on another rank'} before step {step}; "
                               f"{self.checkpoints.resume_hint()}")
             if validate:
-                val_loss = self.validate(step, final=last)
-                log(clock.step_line(step, total, val_loss))
+                val_loss = self.validate(step, clock)
             if validate or saving:
                 clock.start()
-            if last:
-                break
-            with sync_debug(hp.sync_debug and self.rt.device.type == "cuda"):
-                self.train_step(step, self.next_batches(step))
-            profiler.step()
-            log(clock.step_line(step + 1, total))
+            if step < total:
+                with sync_debug(hp.sync_debug and self.rt.device.type == "cuda"):
+                    self.train_step(step, self.next_batches(step))
+                profiler.step()
+                lines.step_done(step + 1)
         self.watch.end()
         log(peak_memory(self.rt.device))
         self.summarize(val_loss, clock)
+
+    def resume(self, checkpoint: dict) -> int:
+        self.restore(checkpoint["state"])
+        self.log(f"resumed at step {checkpoint['state']['step']} ({checkpoint['train_ms'] / 1000:.1f} s of training done)")
+        return checkpoint["state"]["step"]
 
     def summarize(self, val_loss: float, clock: TrainClock):
         m = self.model  # the weights a token passes through in matmuls: attention, the MLP layers in use, the head

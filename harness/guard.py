@@ -25,8 +25,8 @@ class NonFiniteGuard:
     """Remembers on the device the first step whose losses or reduced gradient shards were not all finite, and
     whether a rank was asked to stop (so that all ranks stop at the same step).
 
-    observe() folds in values the step computes anyway (each micro-batch's loss, the norms of the gradient
-    shards the optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
+    observe() folds in values the step computes anyway (its loss and the squared norm of the gradient shards the
+    optimizer read): no host sync, no extra pass over the full gradients. publish() starts copying
     the flags, agreed over ranks, to the host; published() reads the copy started at the previous check, long
     done by then, so the loop never drains the GPU's queue for it. read() is the waiting version, for points
     where the loop waits anyway (validations)."""
@@ -38,8 +38,7 @@ class NonFiniteGuard:
         self._host = self.flags.new_empty(2, device="cpu", pin_memory=device.type == "cuda").copy_(self.flags)
         self._copied = torch.cuda.Event() if device.type == "cuda" else None
 
-    def observe(self, step: int, losses: list[Tensor], grad_norms: list[Tensor]):
-        values = torch.stack([*(x.float() for x in losses), *(n.float() for n in grad_norms)])
+    def observe(self, step: int, values: Tensor):
         bad = ~torch.isfinite(values).all()
         self.flags[0] = torch.where(bad & (self.flags[0] == self.NONE), step, self.flags[0])
 
@@ -112,8 +111,9 @@ class Watch:
         self.trainer, self.stop, self.checkpoints, self.log = trainer, stop, checkpoints, log
         self.guard, self.every, self.distributed = trainer.guard, trainer.hp.guard_every, trainer.rt.distributed
 
-    def begin(self, start: int):
-        self.start, self.pending = start, None
+    def begin(self, start: int, lines):
+        """lines: the StepLines, whose values the checks copy to the host as they go."""
+        self.start, self.lines, self.pending = start, lines, None
         self.good = self.trainer.snapshot(start) if self.every > 0 else None
         # ranks agree on a stop through the checks: without them, a signal stops at once (nothing saved)
         self.stop.in_loop = not (self.distributed and self.every == 0)
@@ -133,7 +133,11 @@ class Watch:
         if self.stop.reason is not None:
             self.guard.request_stop()
         bad, stop = self.guard.read() if validate else self.guard.published()
+        if not validate:  # a validation prints every line anyway
+            self.lines.print_published()
+            self.lines.publish(step)
         if bad is not None:
+            self.lines.flush(step)  # up to the failure and past it: NaN
             if self.checkpoints.enabled:
                 nothing_timed = dict(train_ms=float("nan"), stage_ms={}, stage_start_ms=float("nan"))
                 path = self.checkpoints.save(self.good, nothing_timed)

@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
+from torch import Tensor
 
 # Dense bf16 tensor-core peaks from the datasheets (SXM parts), for MFU: nominal, not measured
 NOMINAL_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
@@ -50,11 +52,59 @@ class TrainClock:
     def stage_line(self) -> str:
         return "ms/step by stage: " + " ".join(f"{i + 1}:{ms:.1f}" for i, ms in sorted(self.stage_ms.items()))
 
-    def step_line(self, step: int, total: int, val_loss: float | None = None) -> str:
-        """The log's line after `step` steps; with a val loss, the validation's (while paused)."""
-        ms = self.now_ms() if val_loss is None else self.ms
-        val = "" if val_loss is None else f" val_loss:{val_loss:.4f}"
-        return f"step:{step}/{total}{val} train_time:{ms:.0f}ms step_avg:{ms / max(step, 1):.2f}ms"
+    def val_line(self, step: int, total: int, val_loss: float) -> str:
+        """The log's line of a validation after `step` steps (while paused)."""
+        return f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{self.ms:.0f}ms step_avg:{self.ms / max(step, 1):.2f}ms"
+
+
+class StepLines:
+    """The log's line of each step, `step:N/T train_loss:L grad_norm:G train_time:Tms step_avg:Ams`: L is the
+    step's training loss per token (MTP-weighted), G the norm of the reduced gradients the optimizer read (the token
+    tables' aside). They stay on the device (metrics: a row per step of this rank's shares, summed over ranks when
+    read) until reading them costs no wait: publish() starts copying the rows so far to the host at a guard check and
+    the next check prints them, long arrived by then; flush() prints at once where the loop waits anyway
+    (validations, checkpoints, the end). One process on a CPU never waits: it prints every step at once."""
+
+    def __init__(self, metrics: Tensor, clock: TrainClock, total: int, log, distributed: bool):
+        """metrics: (steps, 2) fp32, row r = [loss share, squared gradient norm share] of step r."""
+        self.metrics, self.clock, self.total, self.log, self.distributed = metrics, clock, total, log, distributed
+        self.host = torch.zeros(metrics.shape, pin_memory=metrics.is_cuda)
+        self.copied = torch.cuda.Event() if metrics.is_cuda else None
+        self.times: dict[int, float] = {}  # steps done -> host ms then, for lines still waiting for their values
+        self.published = 0  # rows below this are on their way to (or in) self.host
+        self.at_once = not (metrics.is_cuda or distributed)
+
+    def step_done(self, done: int):
+        """`done` steps are done (their last is row done - 1)."""
+        self.times[done] = self.clock.now_ms()
+        if self.at_once:
+            self.flush(done)
+
+    def publish(self, done: int):
+        """Start copying the rows of the first `done` steps that still wait, summed over ranks (every rank calls)."""
+        if not self.times:
+            return
+        lo = min(self.times) - 1
+        rows = self.metrics[lo:done].clone()
+        if self.distributed:
+            dist.all_reduce(rows)
+        self.host[lo:done].copy_(rows, non_blocking=True)
+        if self.copied is not None:
+            self.copied.record()
+        self.published = done
+
+    def print_published(self):
+        if self.copied is not None:
+            self.copied.synchronize()
+        for done in sorted(n for n in self.times if n <= self.published):
+            loss, grad_sq = self.host[done - 1].tolist()
+            ms = self.times.pop(done)
+            self.log(f"step:{done}/{self.total} train_loss:{loss:.4f} grad_norm:{math.sqrt(max(grad_sq, 0.0)):.4f} "
+                     f"train_time:{ms:.0f}ms step_avg:{ms / done:.2f}ms")
+
+    def flush(self, done: int):
+        self.publish(done)
+        self.print_published()
 
 
 def compile_time_breakdown() -> str:

@@ -18,7 +18,7 @@ import torch
 
 import train_gpt as tg
 from kernels.attention import FA3, FA3_HUB_REPO, attend, select_attention
-from tests.utils import HAS_CUDA, assert_close, rel_error
+from tests.utils import GPU_ONLY, assert_close, rel_error
 
 REAL_DISTRIBUTION = importlib.metadata.distribution
 
@@ -186,7 +186,7 @@ def loaded_fa3():
         return None
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@GPU_ONLY
 @pytest.mark.parametrize("paired", [False, True])
 @pytest.mark.parametrize("tokens, seq_len, window", list(stage_cases()))
 def test_backends_agree_at_model_shapes(tokens, seq_len, window, paired):
@@ -212,7 +212,7 @@ def test_backends_agree_at_model_shapes(tokens, seq_len, window, paired):
             assert torch.isfinite(a).all() and rel_error(a, b) < 1e-2, (kernel, name, rel_error(a, b))
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@GPU_ONLY
 def test_torch_registered_fa3_matches_reference():
     """The fa3-torch route: with torch's FA3 activated, varlen_attn runs FA3 and still matches fp32 SDPA."""
     from torch.nn import attention

@@ -14,7 +14,8 @@ import torch
 import train_gpt as tg
 from data.shards import write_shard
 from harness.guard import NonFiniteGuard
-from tests.utils import TINY, TINY_FLAGS, batch_for, cpu_runtime, cpu_trainer, doc_stream, random_gradients, settings, shard_index, tiny_model
+from tests.utils import (TINY, TINY_FLAGS, batch_for, cpu_runtime, cpu_trainer, doc_stream, random_gradients, settings,
+                         shard_index, tiny_model)
 
 BF16, FP32 = 2, 4  # bytes per element
 
@@ -256,13 +257,13 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     model = tiny_model()
     opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(), compile=False)
     guard = NonFiniteGuard(torch.device("cpu"), distributed=False)
+    one = torch.tensor(1.0)
     random_gradients(model)
-    norms = opt.step(1.0, 0.9, do_adam=False, grad_norms=True)
-    guard.observe(0, [torch.tensor(1.0)], norms)
+    guard.observe(0, torch.stack([one, opt.step(1.0, 0.9, do_adam=False)]))
     model.gradients()["x0_lambdas"][3] = float("nan")  # an Adam gradient: read at the next odd step
-    guard.observe(1, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=False, grad_norms=True))
+    guard.observe(1, torch.stack([one, opt.step(1.0, 0.9, do_adam=False)]))
     assert guard.read() == (None, False)
-    guard.observe(2, [torch.tensor(1.0)], opt.step(1.0, 0.9, do_adam=True, grad_norms=True))
+    guard.observe(2, torch.stack([one, opt.step(1.0, 0.9, do_adam=True)]))
     assert guard.read() == (2, False) and guard.published() == (None, False)  # published only by publish()
     guard.publish()
     assert guard.published() == (2, False)
@@ -270,9 +271,33 @@ def test_guard_sees_a_non_finite_gradient_shard_with_finite_losses():
     assert guard.read() == (2, True) and guard.published() == (2, False)
 
 
+def test_squared_gradient_norm_sums_over_ranks_to_the_whole():
+    """The optimizer's squared gradient norm: at world 1 the norm of every gradient it read but the token tables'; a
+    rank of 8 holds its shards' squares and an eighth of the replicated gradients' (all-reduced: equal on every rank),
+    so that the ranks' shares add up to the whole."""
+    model = tiny_model()
+    grads = {name: g.clone() for name, g in random_gradients(model).items()}  # step() zeroes the model's
+    expected = sum(g.float().square().sum() for name, g in grads.items() if name not in tg.NORM_SKIPS)
+    opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(), compile=False)
+    opt.untie()  # (tied, the head's gradient would take in the embedding's first)
+    assert torch.allclose(opt.step(1.0, 0.9, do_adam=True), expected, rtol=1e-4)
+    shares = []
+    for rank in range(8):
+        model = tiny_model()
+        for g, full in zip(model.gradients().values(), grads.values()):
+            g.copy_(full)
+        opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(world_size=8, rank=rank), compile=False)
+        opt.untie()
+        opt.distributed = True  # shares for ranks that will be summed; the collectives themselves are skipped below
+        opt._launch_reduce = lambda name, grad, opt=opt: (lambda shard=opt._shard(name, grad): shard)
+        opt._launch_gather = lambda name: None
+        shares.append(opt.step(1.0, 0.9, do_adam=True))
+    assert torch.allclose(sum(shares), expected, rtol=1e-4)
+
+
 @pytest.mark.parametrize("layer, position", [(0, 0), (5, 7), (10, 33)])
 def test_a_non_finite_backward_reaches_the_checked_gradients_before_the_token_tables(layer, position):
-    """The guard skips the token tables' shards (GUARD_SKIPS): a NaN entering the stream's gradient at any layer
+    """The guard skips the token tables' shards (NORM_SKIPS): a NaN entering the stream's gradient at any layer
     and position must reach a gradient it checks, and the tables only after that."""
     model = tiny_model()
     opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(), compile=False)
@@ -287,8 +312,8 @@ def test_a_non_finite_backward_reaches_the_checked_gradients_before_the_token_ta
     model._attention = poisoned
     model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
     grads = model.gradients()
-    assert any(not grads[name].isfinite().all() for name in tg.GUARD_SKIPS)  # it reached the tables too
-    assert not torch.stack(opt.step(1.0, 0.9, do_adam=True, grad_norms=True)).isfinite().all()
+    assert any(not grads[name].isfinite().all() for name in tg.NORM_SKIPS)  # it reached the tables too
+    assert not opt.step(1.0, 0.9, do_adam=True).isfinite()
 
 
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated, with the sparse exchange's touched rows

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from kernels.embedding import embedding_grad_add, embedding_grad_add_reference, embedding_grad_add_triton, lookup_op
-from tests.utils import DEVICE, HAS_CUDA, assert_close
+from tests.utils import DEVICE, GPU_ONLY, assert_close
 
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16; real shapes are slow)")
 
 DTYPES = [
     pytest.param(torch.float32, id="fp32"),

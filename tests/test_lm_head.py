@@ -11,12 +11,11 @@ import pytest
 import torch
 
 from kernels.lm_head import head_loss_op, head_loss_reference
-from tests.utils import DEVICE, HAS_CUDA, rel_error
+from tests.utils import DEVICE, GPU_ONLY, rel_error
 
 SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 FP8_SCALES = dict(x_scale=100 / 448, w_scale=1.6 / 448, grad_scale=0.75 / 448)  # the model's (GPTConfig.head_*)
 LOSS_SCALE = 1 / 8  # the upstream gradient: the trainer's loss scale at 8 accumulation steps
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (FP8 matmuls; real shapes are slow on the CPU)")
 # (T, D, V); V = 50304 is the padded GPT-2 vocabulary. FP8 matmuls need every size a multiple of 16.
 SHAPES = [(1, 8, 5), (9, 16, 37), (130, 64, 1000), pytest.param(2048, 768, 50304, marks=GPU_ONLY)]
 FP8_SHAPES = [(64, 128, 512), (2048, 768, 50304)]

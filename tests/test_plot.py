@@ -22,8 +22,8 @@ OURS = """\
     # and "ms/step by stage: 1:9.0 2:9.0 3:9.0 4:9.0"
 config: train_files='x', num_scheduled_steps=6, num_extension_steps=2, seed=0
 step:0/8 val_loss:10.8000 train_time:0ms step_avg:0.04ms
-step:1/8 train_time:100ms step_avg:100.00ms
-step:4/8 train_time:1400ms step_avg:350.00ms
+step:1/8 train_loss:9.1000 grad_norm:2.5000 train_time:100ms step_avg:100.00ms
+step:4/8 train_loss:7.0000 grad_norm:1.2500 train_time:1400ms step_avg:350.00ms
 step:4/8 val_loss:6.5000 train_time:1500ms step_avg:375.00ms
 step:8/8 train_time:2400ms step_avg:300.00ms
 ms/step by stage: 1:100.0 2:200.0 3:300.0 4:400.0
@@ -59,12 +59,13 @@ def run_cli(*args, env=None):
 def test_parse_ours(logs):
     run = plot.parse_log(logs[0])
     assert run.val == [(0, 0.0, 10.8), (4, 1.5, 6.5), (8, 2.5, 4.25)]
+    assert run.train == [(0.1, 9.1), (1.4, 7.0)]  # the step lines with a training loss
     assert run.stage_ms == [100.0, 200.0, 300.0, 400.0]
 
 
 def test_parse_reference_stages_from_step_lines(logs):
     run = plot.parse_log(logs[1], scheduled_steps=7)
-    assert run.val == [(0, 0.0, 10.9), (9, 0.262, 4.0)]
+    assert run.val == [(0, 0.0, 10.9), (9, 0.262, 4.0)] and run.train == []
     assert run.stage_ms == [10.0, 20.0, 40.0, 50.0]
 
 

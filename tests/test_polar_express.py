@@ -7,9 +7,8 @@ import torch
 
 from kernels.polar_express import (nesterov_momentum_, orthogonalize_reference, orthogonalize_triton, polar_express,
                                    polar_express_reference, spectral_norm_bound)
-from tests.utils import DEVICE, HAS_CUDA, assert_close, rel_error
+from tests.utils import DEVICE, GPU_ONLY, assert_close, rel_error
 
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16 tl.dot; real shapes are slow)")
 
 # (dtype, atol, max relative error) of orthogonalize_triton vs the fp64 iteration, with atol in
 # units of the reference's RMS entry. Worst of 20 seeds on emulations with the same rounding

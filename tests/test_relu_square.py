@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from kernels.relu_square import relu_square_mlp, relu_square_mlp_op, relu_square_mlp_reference
-from tests.utils import DEVICE, HAS_CUDA, assert_close
+from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16 dots; real shapes are slow)")
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
 # (T, D, hidden H)
 SHAPES = [(1, 64, 96), (7, 40, 264), (10, 64, 128), (129, 768, 384),

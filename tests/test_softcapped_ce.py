@@ -17,10 +17,9 @@ from kernels.softcapped_ce import (
     CEConfig, _reciprocal_fma, ce_config, softcapped_ce_forward_reference, softcapped_ce_reference,
     softcapped_ce_triton,
 )
-from tests.utils import DEVICE, HAS_CUDA, assert_close
+from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16 and fp8; real shapes are slow)")
 # (N rows, V columns)
 SHAPES = [(1, 1), (7, 37), (129, 1000)] + [pytest.param(*s, marks=GPU_ONLY) for s in [(1, 50304), (129, 50304), (2048, 50304)]]
 # logits dtypes; the losses are fp32 whatever the input

@@ -7,9 +7,8 @@ import torch
 
 from kernels.symmetric import (ba_plus_caa, ba_plus_caa_reference, ba_plus_caa_triton, xtx, xtx_reference,
                                xtx_triton, xxt, xxt_reference, xxt_triton)
-from tests.utils import DEVICE, HAS_CUDA, assert_close, rel_error
+from tests.utils import DEVICE, GPU_ONLY, assert_close, rel_error
 
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16 tl.dot; real shapes are slow)")
 
 # (dtype, atol, rtol); inputs are scaled so outputs are O(1). Inputs are exact in their dtype and
 # the sum is fp32, so the error is mostly the final rounding (2^-8 bf16, 2^-11 fp16). fp32 dots are

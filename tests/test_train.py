@@ -612,6 +612,10 @@ def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     losses = val_losses(r.stdout)
     assert len(losses) == 3 and losses[-1] < losses[0] - 1.0, losses
     assert re.search(r"step:32/32 val_loss:[\d.]+ train_time:\d+ms step_avg:[\d.]+ms", r.stdout)
+    # every step's line, with its training loss and gradient norm, in order
+    step_lines = re.findall(r"^step:(\d+)/32 train_loss:([\d.]+) grad_norm:([\d.]+) train_time:\d+ms", r.stdout, re.M)
+    assert [int(n) for n, _, _ in step_lines] == list(range(1, 33))
+    assert float(step_lines[-1][1]) < float(step_lines[0][1]) and all(float(g) > 0 for _, _, g in step_lines)
     log = (tmp_path / "smoke.txt").read_text()
     assert "# kernels/transpose.py" in log and "config: " in log  # the log records code and settings
     assert (tmp_path / "smoke_trace.json").stat().st_size > 0  # --profile_steps wrote a Chrome trace

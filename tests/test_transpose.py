@@ -7,9 +7,8 @@ import torch
 
 from kernels.transpose import (TransposeConfig, transpose_add, transpose_add_reference, transpose_add_triton,
                                transpose_copy, transpose_copy_reference, transpose_copy_triton)
-from tests.utils import DEVICE, HAS_CUDA, assert_close
+from tests.utils import DEVICE, GPU_ONLY, assert_close
 
-GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (the interpreter mishandles bf16; real shapes are slow)")
 
 # (dtype, atol, rtol) for transpose_add, whose fp32 sum is rounded once to dtype (half an ulp:
 # 2^-24, 2^-11, 2^-8 relative). transpose_copy must be bit-exact for every dtype.

@@ -1,4 +1,5 @@
-"""Plot training logs as one PNG: validation loss against train time, and ms/step by stage.
+"""Plot training logs as one PNG: validation loss (and this project's training loss) against train time, and
+ms/step by stage.
 
     python3 tools/plot.py LOG [LOG ...] --out FILE.png [--labels a,b]
     python3 tools/plot.py REFERENCE_LOG --scheduled_steps S --out FILE.png   # modded-nanogpt log
@@ -24,7 +25,7 @@ except ImportError:
 STAGE_NAMES = ("stage 1", "stage 2", "stage 3", "extension")
 # Anchored at line start: the logs begin with the trainer's source code, which holds these strings mid-line.
 VAL_LINE = re.compile(r"^step:(\d+)/(\d+) val_loss:(\S+) train_time:(\d+)ms")
-STEP_LINE = re.compile(r"^step:(\d+)/(\d+) train_time:(\d+)ms")
+STEP_LINE = re.compile(r"^step:(\d+)/(\d+)(?: train_loss:(\S+) grad_norm:\S+)? train_time:(\d+)ms")
 STAGE_LINE = re.compile(r"^ms/step by stage: (.*)$")
 SCHEDULED = re.compile(r"^config: .*\bnum_scheduled_steps=(\d+)")
 
@@ -32,17 +33,20 @@ SCHEDULED = re.compile(r"^config: .*\bnum_scheduled_steps=(\d+)")
 @dataclass
 class Run:
     val: list[tuple[int, float, float]]  # (step, train time in s, val loss), one per validation line
+    train: list[tuple[float, float]]  # (train time in s, training loss) of each step line that has one
     stage_ms: list[float]  # ms/step of stage 1, 2, 3 and the extension, as far as the log got
 
 
 def parse_log(path, scheduled_steps: int | None = None) -> Run:
     """Read one log. scheduled_steps is needed only for a log with no `ms/step by stage` or `config:` line."""
-    val, train_ms, stage_ms, total = [], {0: 0.0}, None, 0
+    val, train, train_ms, stage_ms, total = [], [], {0: 0.0}, None, 0
     for line in Path(path).read_text().splitlines():
         if m := VAL_LINE.match(line):
             val.append((int(m[1]), int(m[4]) / 1000, float(m[3])))
         elif m := STEP_LINE.match(line):
-            train_ms[int(m[1])], total = float(m[3]), int(m[2])
+            train_ms[int(m[1])], total = float(m[4]), int(m[2])
+            if m[3] is not None:
+                train.append((float(m[4]) / 1000, float(m[3])))
         elif m := STAGE_LINE.match(line):
             stage_ms = [float(item.split(":")[1]) for item in m[1].split()]
         elif m := SCHEDULED.match(line):
@@ -54,7 +58,7 @@ def parse_log(path, scheduled_steps: int | None = None) -> Run:
             raise ValueError(f"{path} has no `ms/step by stage` or `config:` line: "
                              "pass --scheduled_steps S (the steps before the extension)")
         stage_ms = stages_from_steps(train_ms, scheduled_steps, total)
-    return Run(val, stage_ms)
+    return Run(val, train, stage_ms)
 
 
 def stages_from_steps(train_ms: dict[int, float], S: int, total: int) -> list[float]:
@@ -76,11 +80,14 @@ def draw(runs: list[Run], labels: list[str], out):
         _, seconds, losses = zip(*run.val) if run.val else ((), (), ())
         final = f"final val loss {losses[-1]:.4f}" if losses else "no validation"
         loss_ax.plot(seconds, losses, marker="o", color=f"C{i}", label=f"{label} ({final})")
+        if run.train:
+            loss_ax.plot(*zip(*run.train), color=f"C{i}", alpha=0.35, linewidth=0.8)
         x = [stage + (i - (len(runs) - 1) / 2) * width for stage in range(len(run.stage_ms))]
         bars = stage_ax.bar(x, run.stage_ms, width, color=f"C{i}")
         # Side by side, numbers wider than their bar would run together: turn them upright.
         stage_ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2, rotation=90 if len(runs) > 3 else 0)
-    loss_ax.set(title="Validation loss", xlabel="train time (s)", ylabel="val loss")
+    loss_ax.set(title="Loss: validation (dots), training (thin line: MTP-weighted, per token)",
+                xlabel="train time (s)", ylabel="loss")
     num_stages = max(len(run.stage_ms) for run in runs)
     stage_ax.set_xticks(range(num_stages), STAGE_NAMES[:num_stages])
     stage_ax.set(title="Time per step by stage", ylabel="ms/step")

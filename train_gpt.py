@@ -1382,7 +1382,7 @@ class Trainer:
         self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
         self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
-        # per step, this rank's shares of the mean training loss per token and of the squared gradient norm (summed
+        # per step, this rank's shares of the mean training loss per token and of its gradient's squared norm (summed
         # over ranks when read: StepLines); they stay on the device, so no step waits for them
         self.metrics = torch.zeros(schedule.total_steps, 2, device=rt.device)
         self.ranks_summed = rt.world_size if rt.distributed else 1
@@ -1459,8 +1459,8 @@ class Trainer:
             self.optimizer.note_touched_rows(data.bigram_rows)
         with torch.profiler.record_function("optimizer_step"):  # a named range in --profile_steps traces
             grad_sq = self.optimizer.step(*self.optimizer_args(step))
-        tokens = self.schedule.at(step).micro_batch_tokens * self.ranks_summed
-        self.metrics[step] = torch.stack([torch.stack(losses).sum() / tokens, grad_sq])
+        T = self.schedule.at(step).micro_batch_tokens  # the losses are sums over T positions: per token, / T
+        self.metrics[step] = torch.stack([torch.stack(losses).sum() / (T * self.ranks_summed), grad_sq / T**2])
         if self.hp.guard_every > 0:  # values the step made anyway: no extra pass over the full gradients
             self.guard.observe(step, self.metrics[step])
         if step == self.schedule.split_step:

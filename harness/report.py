@@ -59,8 +59,8 @@ class TrainClock:
 
 class StepLines:
     """The log's line of each step, `step:N/T train_loss:L grad_norm:G train_time:Tms step_avg:Ams`: L is the
-    step's training loss per token (MTP-weighted), G the norm of the reduced gradients the optimizer read (the token
-    tables' aside). They stay on the device (metrics: a row per step of this rank's shares, summed over ranks when
+    step's training loss per token (MTP-weighted), G the norm of that loss's gradient as the optimizer read it
+    (reduced over ranks; the token tables' aside). They stay on the device (metrics: a row per step of this rank's shares, summed over ranks when
     read) until reading them costs no wait: publish() starts copying the rows so far to the host at a guard check and
     the next check prints them, long arrived by then; flush() prints at once where the loop waits anyway
     (validations, checkpoints, the end). One process on a CPU never waits: it prints every step at once."""

@@ -11,6 +11,7 @@ kernels live in kernels/, the shard format in data/shards.py, and the harness ar
 log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparameters` and can be set as
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
+import dataclasses
 import math
 import os
 import re
@@ -23,6 +24,7 @@ PROCESS_START = time.time()  # for the startup-time report
 from dataclasses import dataclass
 from pathlib import Path
 
+from data.shards import DataError, ShardError, find_shards
 from harness.settings import parse_args
 
 # -----------------------------------------------------------------------------
@@ -80,10 +82,11 @@ class Hyperparameters:
     device: str = "auto"  # auto | cuda | cpu
     attention: str = "auto"  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
     fa3_hub_wait: float = 120.0  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
+    dist_timeout: float = 300.0  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
     compile: bool = True  # torch.compile the model and optimizer math
     cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
-    save_checkpoint: bool = False  # save a resumable checkpoint at the end, and when a run stops early: <log_dir>/<run_id>_checkpoint.pt
+    save_checkpoint: bool = False  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
     checkpoint_every: int = 0  # also save it every N steps (0: never)
     resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
     overwrite: bool = False  # allow a --run_id whose log already exists (its files are replaced)
@@ -94,6 +97,10 @@ class Hyperparameters:
     sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
+
+
+def flatten(value) -> list:
+    return [x for v in value for x in flatten(v)] if isinstance(value, tuple) else [value]
 
 
 def validate(hp: Hyperparameters):
@@ -108,6 +115,9 @@ def validate(hp: Hyperparameters):
         need(len(value) == n and all(isinstance(v, int) and v > 0 for v in value),
              f"--{name} {value!r} needs {n} positive integers, e.g. {getattr(Hyperparameters(), name)!r}")
 
+    for name, value in dataclasses.asdict(hp).items():  # 1e999 parses as inf
+        floats = [v for v in flatten(value) if isinstance(v, float)]
+        need(all(math.isfinite(v) for v in floats), f"--{name} {value!r} must be finite")
     need(hp.vocab_size >= 2, f"--vocab_size {hp.vocab_size} must be at least 2")
     need(0 <= hp.bos_id < hp.vocab_size, f"--bos_id {hp.bos_id} must be a token id below --vocab_size {hp.vocab_size}")
     need(hp.val_tokens > 0 and hp.val_micro_batch_tokens > 0 and hp.val_tokens % hp.val_micro_batch_tokens == 0,
@@ -134,16 +144,18 @@ def validate(hp: Hyperparameters):
     need(hp.window_block > 0, f"--window_block {hp.window_block} must be positive, e.g. 128")
     need(len(hp.stage_mtp_weights) == 3 and all(
         len(pair) == 2 and len(pair[0]) == len(pair[1]) >= 1 and all(w >= 0 for w in pair[0] + pair[1])
-        for pair in hp.stage_mtp_weights),
-        f"--stage_mtp_weights needs 3 (start, end) pairs of equally long non-negative weight tuples, "
+        and sum(pair[0]) > 0 and sum(pair[1]) > 0 for pair in hp.stage_mtp_weights),
+        f"--stage_mtp_weights needs 3 (start, end) pairs of equally long non-negative weight tuples, none all zero, "
         f"e.g. {Hyperparameters().stage_mtp_weights!r}")
     need(min(hp.model_dim, hp.num_heads, hp.head_dim) > 0, "--model_dim, --num_heads and --head_dim must be positive")
-    need(hp.num_heads * hp.head_dim == hp.model_dim,
-         f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, "
-         f"e.g. --num_heads {max(2, hp.model_dim // 128 // 2 * 2)} --head_dim {hp.model_dim // max(2, hp.model_dim // 128 // 2 * 2)}")
-    need(hp.num_heads % 2 == 0, f"--num_heads {hp.num_heads} must be even (paired-head attention pairs heads)")
-    need(hp.head_dim % 4 == 0, f"--head_dim {hp.head_dim} must be a multiple of 4 (half-truncated rotary pairs)")
-    need(hp.model_dim >= GATE_CHANNELS, f"--model_dim {hp.model_dim} must be at least {GATE_CHANNELS} (the gates' inputs)")
+    # heads come in pairs (paired-head attention) of a multiple of 4 channels (half-truncated rotary pairs)
+    need(hp.model_dim % 8 == 0 and hp.model_dim >= GATE_CHANNELS,
+         f"--model_dim {hp.model_dim} must be a multiple of 8 and at least {GATE_CHANNELS} (an even number of heads of "
+         f"a multiple of 4 channels; the gates read {GATE_CHANNELS}), e.g. {max(16, hp.model_dim // 8 * 8)}")
+    heads = min(range(2, hp.model_dim // 4 + 1, 2), key=lambda h: (hp.model_dim % (4 * h) != 0, abs(hp.model_dim / h - 128)))
+    need(hp.num_heads * hp.head_dim == hp.model_dim and hp.num_heads % 2 == 0 and hp.head_dim % 4 == 0,
+         f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, with an even "
+         f"number of heads of a multiple of 4 channels, e.g. --num_heads {heads} --head_dim {hp.model_dim // heads}")
     if hp.fp8_head and hp.device != "cpu":  # FP8 matmuls (cuBLASLt) need sizes in multiples of 16
         need(hp.model_dim % 16 == 0 and all(t % 16 == 0 for t in hp.micro_batch_tokens),
              f"the FP8 LM head needs --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} "
@@ -162,20 +174,32 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
+    total = hp.num_scheduled_steps + hp.num_extension_steps
     need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
+    need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
     need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
          f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
     need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
     need(hp.attention in ATTENTION, f"--attention must be one of {', '.join(ATTENTION)}, not {hp.attention!r}")
     need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
+    need(hp.dist_timeout > 0, f"--dist_timeout {hp.dist_timeout} must be positive seconds, e.g. 300")
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
-         and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]),
-         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last)")
+         and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
+         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last), "
+         f"within the run's {total} steps")
     need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 
+def check_files(hp: Hyperparameters):
+    """--check: the data globs match shard files (their contents are checked when a run starts)."""
+    try:
+        find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
+    except DataError as e:
+        raise SystemExit(f"error: {e}") from None
+
+
 if __name__ == "__main__":  # --help, --check and setting errors answer at once, before the heavy imports below
-    parse_args(sys.argv[1:], Hyperparameters, validate)
+    parse_args(sys.argv[1:], Hyperparameters, validate, check_files)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -183,9 +207,11 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from data.shards import DataError, ShardError, check_val_shards, read_header, read_tokens, scan_train_shards  # noqa: E402
+from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
+from harness.files import WriteError, check_writable  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch  # noqa: E402
+from harness.launch import form_group, peer_failure, read_launch  # noqa: E402
 from harness.log import Logger  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -228,9 +254,8 @@ class Runtime:
 
 
 def setup_runtime(args: Hyperparameters) -> Runtime:
-    rank = int(os.environ.get("RANK", 0))
-    world_size = int(os.environ.get("WORLD_SIZE", 1))
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    launch = read_launch()
+    rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
     if MICRO_BATCHES % world_size != 0:
         raise SystemExit(f"error: world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
                          f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
@@ -247,7 +272,7 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
     else:
         device = torch.device("cpu")
     if world_size > 1:
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+        form_group(launch, "nccl" if use_cuda else "gloo", device if use_cuda else None, args.dist_timeout)
     attention = select_attention(args.attention, device, args.fa3_hub_wait) if rank == 0 else None
     if world_size > 1:  # the other ranks load the route rank 0 chose, so that every rank runs the same kernel
         chosen = [attention.route if rank == 0 else None]
@@ -589,13 +614,22 @@ class GPT(nn.Module):
         return F.linear(y.reshape(T, D), lam[1] * w[3 * D:])
 
 
+def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
+    return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
+                     head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
+                     attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
+                     fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
+
+
+def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
+    """The model's parameter shapes under these settings, nothing allocated (to check a checkpoint against)."""
+    with torch.device("meta"):
+        return {name: tuple(p.shape) for name, p in GPT(model_config(hp, rt)).named_parameters()}
+
+
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
-    cfg = GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
-                    head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
-                    attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                    fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
     torch.manual_seed(hp.seed)
-    model = GPT(cfg).to(rt.device)
+    model = GPT(model_config(hp, rt)).to(rt.device)
     model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
     if rt.distributed:
         for p in model.parameters():
@@ -643,6 +677,9 @@ PARAM_RULES = {
 WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank", "ve_gate_bank",
               "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "value_embeds", "bigram_embed",
               "lm_head", "embed", "attn_bank", "mlp_bank"]
+# torch 2.13 renamed the tensor collectives and warns on the old names; torch 2.11 (the GPU machines) has only those
+reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touches a small part of the table
 # The gradient norm (for the non-finite guard and the log) reads every reduced shard but the token tables': their
 # gradients are the stream's gradient scattered by token, after it passed every layer, where the checked banks'
@@ -827,7 +864,7 @@ class NorMuonAdam:
             work = dist.all_reduce(shard, op=dist.ReduceOp.AVG, async_op=True)
         else:
             shard = torch.empty_like(wire[:wire.size(0) // self.world_size])
-            work = dist.reduce_scatter_tensor(shard, wire, op=dist.ReduceOp.AVG, async_op=True)
+            work = reduce_scatter(shard, wire, op=dist.ReduceOp.AVG, async_op=True)
 
         def reduced() -> Tensor:
             work.wait()
@@ -867,12 +904,13 @@ class NorMuonAdam:
         full = self.params[name].data
         if PARAM_RULES[name].optim == "normuon":
             full = full.view(self.matrix_shapes[name])
-        return dist.all_gather_into_tensor(full, self._shard(name, full), async_op=True)
+        return all_gather(full, self._shard(name, full), async_op=True)
 
     @torch.no_grad()
     def step(self, lr_scale: float, muon_momentum: float, do_adam: bool) -> Tensor:
-        """lr_scale: the schedule's multiplier on every base lr. Returns this rank's share of the squared norm of the
-        reduced gradients the step read (but NORM_SKIPS), 0-d fp32 on the device: summed over ranks, the whole."""
+        """lr_scale: the schedule's multiplier on every base lr. Returns this rank's shares of the squared norms of the
+        reduced NorMuon and Adam gradients the step read (but NORM_SKIPS), (2,) fp32 on the device: summed over
+        ranks, the whole."""
         active = self._active(do_adam, self.tied)
         grads = self.gradients()
         if self.tied and do_adam:  # the embedding's gradient belongs to the head while they are tied
@@ -908,21 +946,21 @@ class NorMuonAdam:
         return grad_sq
 
     def _squared_norm(self, shards: list[tuple[str, Tensor]]) -> Tensor:
-        """Sum of the shards' squared norms, those of gradients whole on every rank divided by the ranks that will
-        sum it. One fused norm per dtype: a mixed list falls back to a kernel per tensor."""
+        """(2,) fp32: the squared norms of the NorMuon and of the Adam gradient shards, summed, those whole on every
+        rank divided by the ranks that will sum them. One fused norm per group: a mixed list falls back to a kernel
+        per tensor."""
         ranks = self.world_size if self.distributed else 1
-        parts = {True: [], False: []}  # sharded over the summing ranks, or whole on each
-        for name, g in shards:
-            parts[PARAM_RULES[name].sharded and ranks > 1].append(g)
-        total = None
-        for sharded, grads in parts.items():
-            if grads:
-                norms = [norm for dtype in {g.dtype for g in grads}
-                         for norm in torch._foreach_norm([g for g in grads if g.dtype == dtype], 2, dtype=torch.float32)]
-                sq = torch.stack(norms).square().sum()
-                sq = sq if sharded or ranks == 1 else sq / ranks
-                total = sq if total is None else total + sq
-        return total
+        totals = []
+        for optim in ("normuon", "adam"):
+            total = shards[0][1].new_zeros((), dtype=torch.float32)
+            for sharded in (True, False):
+                group = [g for n, g in shards
+                         if PARAM_RULES[n].optim == optim and (PARAM_RULES[n].sharded and ranks > 1) == sharded]
+                for dtype in {g.dtype for g in group}:
+                    norms = torch._foreach_norm([g for g in group if g.dtype == dtype], 2, dtype=torch.float32)
+                    total = total + torch.stack(norms).square().sum() / (1 if sharded else ranks)
+            totals.append(total)
+        return torch.stack(totals)
 
     def _adam_step(self, name: str, grad: Tensor, lr_scale: float):
         rule, state = PARAM_RULES[name], self.state[name]
@@ -958,7 +996,7 @@ class NorMuonAdam:
             if self.world_size > 1:
                 full = torch.zeros(self.params["lm_head"].shape, device=full.device)
                 if self.distributed:
-                    dist.all_gather_into_tensor(full, head[key].contiguous())
+                    all_gather(full, head[key].contiguous())
                 else:  # emulated: only this rank's rows are known
                     self._shard("lm_head", full).copy_(head[key])
             emb[key].copy_(self._shard("embed", full.T))
@@ -1205,7 +1243,24 @@ class ValData:
 class CheckedData:
     train: dict[Path, np.ndarray]  # the train shards in order, with their BOS positions (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
+    fingerprint: str  # of both sets: checkpoints and captures name the data they were cut from
     report: str  # for the log
+
+
+def cover(schedule: "Schedule", bos: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
+    """The loader's cuts run over the shards' BOS positions alone: (steps the shards cover, the shard the last one
+    comes from, tokens taken)."""
+    shard, doc, taken = 0, 0, 0
+    for step in range(schedule.total_steps):
+        settings = schedule.at(step)
+        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
+                                        settings.seq_len)) is None:
+            shard, doc = shard + 1, 0
+            if shard == len(bos):
+                return step, shard - 1, taken
+        doc = cut[1]
+        taken += MICRO_BATCHES * (settings.micro_batch_tokens + 1)
+    return schedule.total_steps, shard, taken
 
 
 def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> CheckedData:
@@ -1220,23 +1275,31 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
     files, bos = list(index), list(index.values())
     sizes = [read_header(f) for f in files]
-    shard, doc, taken = 0, 0, 0
-    for step in range(schedule.total_steps):
-        settings = schedule.at(step)
-        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
-                                        settings.seq_len)) is None:
-            shard, doc = shard + 1, 0
-            if shard == len(files):
-                raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) "
-                                f"cover {step} of the schedule's {schedule.total_steps} steps (documents are cut at "
-                                f"{hp.stage_seq_lens} tokens: the rest of a longer one is skipped; with short lines of "
-                                "text, tokenize with --line_docs); add shards or shorten the schedule")
-        doc = cut[1]
-        taken += MICRO_BATCHES * (settings.micro_batch_tokens + 1)
+    covered, shard, taken = cover(schedule, bos, sizes)
+    if covered < schedule.total_steps:
+        def covers(n: int) -> bool:
+            shorter = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
+            return cover(shorter, bos, sizes)[0] == shorter.total_steps
+        fits, too_many = Schedule.NUM_STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
+        while too_many - fits > 1:
+            mid = (fits + too_many) // 2
+            fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
+        fits = fits if fits >= Schedule.NUM_STAGES else None
+        lengths = np.diff(np.concatenate([np.append(b, n) for b, n in zip(bos, sizes)]))
+        lengths = lengths[lengths > 0]
+        longest = max(hp.stage_seq_lens)
+        long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
+                     f"of at most {longest} tokens, the rest skipped: split them when tokenizing "
+                     f"(data/tokenize_text.py --max_doc_tokens {longest})" if np.median(lengths) > 2 * longest else "")
+        raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
+                        f"{covered} of the schedule's {schedule.total_steps} steps{long_docs}; add data, or shorten the "
+                        "schedule: " + (f"--num_scheduled_steps {fits} fits" if fits else
+                                        "no --num_scheduled_steps fits with these --micro_batch_tokens"))
     report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
               f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
-              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)")
-    return CheckedData(index, val_files, report)
+              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
+              f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
+    return CheckedData(index, val_files, fingerprint([*files, *val_files]), report)
 
 # -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
@@ -1382,12 +1445,12 @@ class Trainer:
         self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
         self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
-        # per step, this rank's shares of the mean training loss per token and of its gradient's squared norm (summed
-        # over ranks when read: StepLines); they stay on the device, so no step waits for them
-        self.metrics = torch.zeros(schedule.total_steps, 2, device=rt.device)
+        # per step, this rank's shares of the mean training loss per token and of its gradient's squared norms,
+        # NorMuon's and Adam's (summed over ranks when read: StepLines); they stay on the device: no step waits
+        self.metrics = torch.zeros(schedule.total_steps, 3, device=rt.device)
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
-        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size)
+        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
         self.stop, self.watch = stop, Watch(self, stop, self.checkpoints, log)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
@@ -1460,7 +1523,7 @@ class Trainer:
         with torch.profiler.record_function("optimizer_step"):  # a named range in --profile_steps traces
             grad_sq = self.optimizer.step(*self.optimizer_args(step))
         T = self.schedule.at(step).micro_batch_tokens  # the losses are sums over T positions: per token, / T
-        self.metrics[step] = torch.stack([torch.stack(losses).sum() / (T * self.ranks_summed), grad_sq / T**2])
+        self.metrics[step] = torch.cat([(torch.stack(losses).sum() / (T * self.ranks_summed))[None], grad_sq / T**2])
         if self.hp.guard_every > 0:  # values the step made anyway: no extra pass over the full gradients
             self.guard.observe(step, self.metrics[step])
         if step == self.schedule.split_step:
@@ -1552,6 +1615,9 @@ class Trainer:
         self.watch.end()
         log(peak_memory(self.rt.device))
         self.summarize(val_loss, clock)
+        if not math.isfinite(val_loss):  # with the guard off, nothing stopped the run before
+            raise NonFiniteError(f"the final val loss is {val_loss}: the run diverged (--guard_every > 0 stops and "
+                                 "captures the first non-finite step)")
 
     def resume(self, checkpoint: dict) -> int:
         self.restore(checkpoint["state"])
@@ -1571,23 +1637,27 @@ class Trainer:
 # main
 
 def main(argv: list[str] | None = None) -> int:
-    hp = parse_args(sys.argv[1:] if argv is None else argv, Hyperparameters, validate)
+    hp, given = parse_args(sys.argv[1:] if argv is None else argv, Hyperparameters, validate, check_files)
     configure_torch()
-    stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
-    if threading.current_thread() is threading.main_thread():
-        stop.install()
     log_of = lambda run_id: Path(hp.log_dir) / f"{run_id}.txt"  # noqa: E731
     if hp.run_id and not hp.resume and not hp.overwrite and log_of(hp.run_id).exists():
         raise SystemExit(f"error: --run_id {hp.run_id!r} is taken: {log_of(hp.run_id)} exists; choose another "
                          "--run_id, or pass --overwrite True to replace that run's files")
     rt = setup_runtime(hp)
+    stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
+    if threading.current_thread() is threading.main_thread():
+        stop.install()
     try:
         resume = None
-        if hp.resume:
-            hp, resume = load_checkpoint(hp, rt.rank)
-            if resume["world_size"] != rt.world_size:
-                raise SystemExit(f"error: the checkpoint is of a run on {resume['world_size']} process(es); resume it "
-                                 f"on as many (this is {rt.world_size})")
+        if hp.resume:  # every refusal comes before anything is built or a log is opened
+            hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
+                                         lambda saved: weight_shapes(saved, rt))
+        check_writable(hp.log_dir, "--log_dir")
+        schedule = Schedule(hp)
+        data = check_data(hp, schedule, rt.world_size)  # before the model is built
+        if resume and resume["data"] != data.fingerprint:
+            raise SystemExit(f"error: the shards are not those the checkpoint was cut from (names, sizes or tokens "
+                             f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
         if not hp.run_id:
             box = [str(uuid.uuid4())]
             if rt.distributed:
@@ -1597,8 +1667,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"log: {log.path}" + (f" (resuming {hp.resume})" if resume else ""))
         log.record_environment(hp)
         try:
-            schedule = Schedule(hp)
-            data = check_data(hp, schedule, rt.world_size)  # before the model is built
             log(data.report)
             trainer = Trainer(hp, rt, schedule, data, log, stop)
             log(f"attention: {rt.attention.description}")
@@ -1609,8 +1677,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 log(f"FP8 LM head: {trainer.model.cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
             trainer.run(resume)
-        except BaseException as e:  # the reason a run ended early goes into its log too
-            log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}")
+        except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)
+            log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}", console=False)
             raise
         if rt.distributed:  # leave together: gloo aborts (SIGABRT) a rank whose peers close their sockets first
             dist.barrier()
@@ -1623,7 +1691,11 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (DataError, ShardError, NonFiniteError, Stopped) as e:  # the message says what to do; a traceback would not
+    except (DataError, ShardError, NonFiniteError, Stopped, WriteError) as e:  # the message says what to do
         sys.exit(f"error: {e}" if not isinstance(e, Stopped) else str(e))
+    except RuntimeError as e:
+        if (line := peer_failure(e)) is None:
+            raise
+        sys.exit(line)
     except KeyboardInterrupt as e:
         sys.exit(f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved")

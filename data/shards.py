@@ -6,6 +6,7 @@ tokens as little-endian uint16: the format of the FineWeb GPT-2 shards (kjj0/fin
 Every document starts with the separator token (`bos_id`, GPT-2's <|endoftext|>).
 """
 import glob
+import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -85,8 +86,11 @@ def write_shard(path, tokens) -> None:
 
 
 def find_shards(pattern: str, what: str) -> list[Path]:
-    """The files matching --{what}_files, in name order; none, or a folder among them, is an error."""
-    files = sorted(Path(f) for f in glob.glob(pattern))
+    """The files matching --{what}_files, in name order; none, or a folder among them, is an error. A folder that
+    exists as written is taken literally: `run[1]/*.bin` means that folder, not `run1/`."""
+    folder, name = os.path.split(pattern)
+    literal = folder and os.path.isdir(folder)
+    files = sorted(Path(f) for f in glob.glob(os.path.join(glob.escape(folder), name) if literal else pattern))
     if not files:
         raise DataError(f"no {what} shards match {pattern!r}; download them with `python3 data/download.py` "
                         f"or point --{what}_files at your .bin shards")
@@ -136,3 +140,19 @@ def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> list[Pat
         raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but the run reads {num_tokens:,} "
                         f"(--val_tokens and one more, the last target); lower --val_tokens or add validation data")
     return used
+
+
+def fingerprint(paths) -> str:
+    """A cheap identity of a shard set, for checkpoints to name the data they were cut from: each file's name (not
+    its folder: the data may move), size, header and 16 samples of 64 tokens spread over it, not a hash of
+    gigabytes. Shards written anew under the same names differ."""
+    digest = hashlib.sha256()
+    for path in map(Path, paths):
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with open(path, "rb") as f:
+            digest.update(f.read(HEADER_BYTES))
+            for i in range(16):
+                f.seek(HEADER_BYTES + (size - HEADER_BYTES) * i // 16 // 2 * 2)
+                digest.update(f.read(128))
+    return digest.hexdigest()[:16]

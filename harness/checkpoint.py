@@ -1,23 +1,29 @@
-"""Checkpoints: one file per rank (each rank holds its own optimizer shards), written atomically, and the rules of
-resuming a run from them."""
+"""Checkpoints: one file per rank (each rank holds its own optimizer shards), written atomically; the rules of
+resuming a run from them; and reading any file the run wrote (checkpoint or capture) with one-line refusals."""
 import dataclasses
-import os
+import io
 import pickle
 import re
+import zipfile
 
 import torch
 from torch import Tensor
 
+from harness.files import write_atomically
+
+FORMAT = 1  # of the checkpoint and capture files; a file of another format is refused, not guessed at
 # Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
-RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "compile", "cuda_graphs", "warmup", "save_checkpoint",
-                     "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "resume", "overwrite"}
+RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "dist_timeout", "compile", "cuda_graphs", "warmup",
+                     "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "resume",
+                     "overwrite"}
 
 
 def save_atomically(obj, path: str):
-    """torch.save to a temporary name, then rename: a reader never sees a half-written file."""
-    tmp = f"{path}.tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """torch.save to memory, then to a temporary name renamed over `path` (harness/files.py): a reader never sees a
+    half-written file, and a failed write is a WriteError naming the path and the cause."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_atomically(path, buffer.getbuffer())
 
 
 def copy_tree(tree, into=None, device=None):
@@ -30,17 +36,42 @@ def copy_tree(tree, into=None, device=None):
     return tree
 
 
+def header(kind: str, rank: int, world_size: int, data: str, settings) -> dict:
+    """What every file of the run says of itself: what it is, its format, whose it is and what data it was cut from
+    (data: the shard set's fingerprint, data/shards.py)."""
+    return dict(kind=kind, format=FORMAT, rank=rank, world_size=world_size, data=data,
+                config=dataclasses.asdict(settings))
+
+
+def read_file(path: str, kind: str) -> dict:
+    """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a one-line SystemExit saying why not.
+    weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise SystemExit(f"error: {path} is not a readable {kind} of train_gpt.py "
+                         f"({(str(e).splitlines() or [type(e).__name__])[0]})") from None
+    found = obj.get("kind") if isinstance(obj, dict) else None
+    if found != kind:
+        raise SystemExit(f"error: {path} is {'a ' + found if found else 'not a file train_gpt.py wrote'}, not a {kind}")
+    if obj.get("format") != FORMAT:
+        raise SystemExit(f"error: {path} is a {kind} of format {obj.get('format')!r}, from another version of "
+                         f"train_gpt.py (this one reads format {FORMAT}); resume it with the version that wrote it")
+    return obj
+
+
 class Checkpoints:
     """Where and when this rank saves: at the end and when a run stops early (at_end), and every `every` steps."""
 
-    def __init__(self, settings, rank: int, world_size: int):
-        """settings: the run's (log_dir, run_id, save_checkpoint, checkpoint_every; all saved with it)."""
-        self.settings, self.rank, self.world_size = settings, rank, world_size
+    def __init__(self, settings, rank: int, world_size: int, data: str):
+        """settings: the run's (log_dir, run_id, save_checkpoint, checkpoint_every; all saved with it);
+        data: the shard set's fingerprint."""
+        self.settings, self.rank, self.world_size, self.data = settings, rank, world_size, data
         self.at_end, self.every = settings.save_checkpoint, settings.checkpoint_every
         self.enabled = self.at_end or self.every > 0
 
     def path(self, rank: int) -> str:
-        return os.path.join(self.settings.log_dir, f"{self.settings.run_id}_checkpoint_rank{rank}.pt")
+        return f"{self.settings.log_dir}/{self.settings.run_id}_checkpoint_rank{rank}.pt"
 
     def due(self, step: int, start: int, last: bool, stopping: bool) -> bool:
         return self.enabled and (stopping or (last and self.at_end)
@@ -49,8 +80,8 @@ class Checkpoints:
     def save(self, state: dict, clock: dict) -> str:
         """state: the trainer's state (on the device; copied here); clock: TrainClock.state()."""
         path = self.path(self.rank)
-        save_atomically(dict(state=copy_tree(state, device="cpu"), **clock, config=dataclasses.asdict(self.settings),
-                             world_size=self.world_size, rank=self.rank), path)
+        save_atomically(dict(header("checkpoint", self.rank, self.world_size, self.data, self.settings),
+                             state=copy_tree(state, device="cpu"), **clock), path)
         return path
 
     def resume_hint(self) -> str:
@@ -59,23 +90,39 @@ class Checkpoints:
         return f"resume with: python3 train_gpt.py --resume {self.path(0)}"
 
 
-def load_checkpoint(settings, rank: int):
+def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes):
     """This rank's checkpoint of the run that settings.resume names (its rank-0 file), and the run's settings: the
-    saved ones, with only RESUME_MAY_CHANGE taken from the command line (where given, i.e. not the default)."""
+    saved ones, with only RESUME_MAY_CHANGE taken from the command line where `given` there. Refused with one line:
+    an unreadable file or one of another kind or format, another rank's or world's, settings this version does not
+    know, weights that do not fit their settings (shapes(settings) -> {name: shape}), a finished run.
+    total_steps(settings) -> the run's step count."""
     path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", settings.resume)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, pickle.UnpicklingError, RuntimeError) as e:
-        raise SystemExit(f"error: --resume: cannot read {path} as a checkpoint of train_gpt.py "
-                         f"({str(e).splitlines()[0]})") from None
+    checkpoint = read_file(path, "checkpoint")
+    if (checkpoint["rank"], checkpoint["world_size"]) != (rank, world_size):
+        raise SystemExit(f"error: {path} holds rank {checkpoint['rank']} of a {checkpoint['world_size']}-process run; "
+                         f"this is rank {rank} of {world_size}: resume on as many processes, with each rank's own file")
     cls = type(settings)
-    saved, defaults = cls(**checkpoint["config"]), cls()
-    for field in dataclasses.fields(cls):
-        given, was = getattr(settings, field.name), getattr(saved, field.name)
-        if field.name in RESUME_MAY_CHANGE:
-            setattr(saved, field.name, given if given != getattr(defaults, field.name) else was)
-        elif given != getattr(defaults, field.name) and given != was:
-            raise SystemExit(f"error: --{field.name} {given!r} differs from the resumed run's {was!r}; a resumed run "
-                             f"keeps its settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE))})")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if set(checkpoint["config"]) != fields:
+        odd = sorted(set(checkpoint["config"]) ^ fields)
+        raise SystemExit(f"error: {path} was written with other settings ({', '.join(odd)}) by another version of "
+                         "train_gpt.py; resume it with the version that wrote it")
+    saved = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["config"].items()})
+    for name in sorted(given - {"resume"}):
+        now, was = getattr(settings, name), getattr(saved, name)
+        if name in RESUME_MAY_CHANGE:
+            setattr(saved, name, now)
+        elif now != was:
+            raise SystemExit(f"error: --{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
+                             f"settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE - {'resume'}))})")
     saved.resume = settings.resume
+    weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
+    expected = shapes(saved)
+    if weights != expected:
+        name = next(n for n in sorted(set(weights) | set(expected)) if weights.get(n) != expected.get(n))
+        raise SystemExit(f"error: {path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
+                         f"{expected.get(name)} expected); the file was changed after it was written")
+    if checkpoint["state"]["step"] >= total_steps(saved):
+        raise SystemExit(f"error: {path} is of a finished run (step {checkpoint['state']['step']} of "
+                         f"{total_steps(saved)}): there is nothing to resume")
     return saved, checkpoint

@@ -1,7 +1,6 @@
 """The training loop's safety checks: a non-finite loss or gradient is caught without per-step host syncs, the
 failing step is captured (the state before it and its batches) for tools/replay.py, and a signal stops the run at
 a step boundary where every rank agrees."""
-import dataclasses
 import os
 import signal
 import sys
@@ -10,7 +9,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from harness.checkpoint import copy_tree, save_atomically
+from harness.checkpoint import copy_tree, header, save_atomically
+from harness.launch import Watchdog
 
 
 class NonFiniteError(RuntimeError):
@@ -110,6 +110,7 @@ class Watch:
     def __init__(self, trainer, stop: StopRequest, checkpoints, log):
         self.trainer, self.stop, self.checkpoints, self.log = trainer, stop, checkpoints, log
         self.guard, self.every, self.distributed = trainer.guard, trainer.hp.guard_every, trainer.rt.distributed
+        self.watchdog = None  # several processes: ends this one when the loop stops moving (a peer died)
 
     def begin(self, start: int, lines):
         """lines: the StepLines, whose values the checks copy to the host as they go."""
@@ -117,12 +118,18 @@ class Watch:
         self.good = self.trainer.snapshot(start) if self.every > 0 else None
         # ranks agree on a stop through the checks: without them, a signal stops at once (nothing saved)
         self.stop.in_loop = not (self.distributed and self.every == 0)
+        if self.distributed and self.watchdog is None:
+            self.watchdog = Watchdog(self.trainer.hp.dist_timeout, self.trainer.rt.rank, self.log)
 
     def end(self):
         self.stop.in_loop = False
+        if self.watchdog is not None:
+            self.watchdog.disarm()
 
     def check(self, step: int, validate: bool) -> bool:
         """Before `step`: raises NonFiniteError if a step so far went non-finite; says whether to stop here."""
+        if self.watchdog is not None:
+            self.watchdog.beat(step)
         stopping = self.stop.reason is not None and not self.distributed  # one process: at once; ranks: agreed
         if step > self.start and self.every > 0 and (validate or step % self.every == 0):  # the guard's cost
             with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces
@@ -166,8 +173,8 @@ def capture_failure(trainer, good: dict, bad_step: int, detected_at: int) -> str
     sched = trainer.forward_schedule(bad_step)
     hp, rt = trainer.hp, trainer.rt
     capture = dict(
-        step=bad_step, detected_at=detected_at, rank=rt.rank, world_size=rt.world_size,
-        grad_accum_steps=rt.grad_accum_steps, config=dataclasses.asdict(hp),
+        header("capture", rt.rank, rt.world_size, trainer.checkpoints.data, hp),
+        step=bad_step, detected_at=detected_at, grad_accum_steps=rt.grad_accum_steps,
         model=copy_tree(trainer.model.state_dict(), device="cpu"),  # copies: the step runs next
         grads=copy_tree(trainer.model.gradients(), device="cpu"),
         optimizer=copy_tree(trainer.optimizer.state_dict(), device="cpu"),

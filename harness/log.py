@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+from harness.files import WriteError
+
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
 SOURCES = ("train_gpt.py", "kernels/*.py", "harness/*.py", "data/shards.py")
@@ -18,18 +20,22 @@ class Logger:
         """fresh: start the log anew (a resumed run appends to its log instead). Other ranks log nothing."""
         self.path = None
         if is_master:
-            os.makedirs(log_dir, exist_ok=True)
             self.path = os.path.join(log_dir, f"{run_id}.txt")
-            if fresh:
-                open(self.path, "w").close()
+            self._write("w" if fresh else "a", "")
 
     def __call__(self, msg: str, console: bool = True):
         if self.path is None:
             return
         if console:
             print(msg, flush=True)
-        with open(self.path, "a") as f:
-            print(msg, file=f)
+        self._write("a", msg + "\n")
+
+    def _write(self, mode: str, text: str):
+        try:
+            with open(self.path, mode) as f:
+                f.write(text)
+        except OSError as e:
+            raise WriteError(f"cannot write the log {self.path}: {e.strerror or e}") from None
 
     def record_environment(self, settings):
         """The code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi into the log; the settings also on

@@ -21,7 +21,11 @@ class StepProfiler:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
 
         def save(prof):
-            prof.export_chrome_trace(path)
+            try:
+                prof.export_chrome_trace(path)
+            except OSError as e:  # the trace is a by-product: say why it is missing, keep training
+                log(f"profiler trace of steps {start}..{stop - 1} not written: {path}: {e.strerror or e}")
+                return
             log(f"profiler trace of steps {start}..{stop - 1}: {path}")
         self.profiler = torch.profiler.profile(
             activities=activities, on_trace_ready=save,

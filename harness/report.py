@@ -54,19 +54,20 @@ class TrainClock:
 
     def val_line(self, step: int, total: int, val_loss: float) -> str:
         """The log's line of a validation after `step` steps (while paused)."""
-        return f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{self.ms:.0f}ms step_avg:{self.ms / max(step, 1):.2f}ms"
+        avg = self.ms / step if step else 0.0  # before the first step nothing was timed
+        return f"step:{step}/{total} val_loss:{val_loss:.4f} train_time:{self.ms:.0f}ms step_avg:{avg:.2f}ms"
 
 
 class StepLines:
     """The log's line of each step, `step:N/T train_loss:L grad_norm:G train_time:Tms step_avg:Ams`: L is the
-    step's training loss per token (MTP-weighted), G the norm of that loss's gradient as the optimizer read it
-    (reduced over ranks; the token tables' aside). They stay on the device (metrics: a row per step of this rank's shares, summed over ranks when
+    step's training loss per token (MTP-weighted), G the norm of that loss's gradient of the weight banks, reduced
+    over ranks (NorMuon's matrices, updated every step; Adam's parameters step every other step). They stay on the device (metrics: a row per step of this rank's shares, summed over ranks when
     read) until reading them costs no wait: publish() starts copying the rows so far to the host at a guard check and
     the next check prints them, long arrived by then; flush() prints at once where the loop waits anyway
     (validations, checkpoints, the end). One process on a CPU never waits: it prints every step at once."""
 
     def __init__(self, metrics: Tensor, clock: TrainClock, total: int, log, distributed: bool):
-        """metrics: (steps, 2) fp32, row r = [loss share, squared gradient norm share] of step r."""
+        """metrics: (steps, 3) fp32, row r = step r's shares of [loss, squared NorMuon and Adam gradient norms]."""
         self.metrics, self.clock, self.total, self.log, self.distributed = metrics, clock, total, log, distributed
         self.host = torch.zeros(metrics.shape, pin_memory=metrics.is_cuda)
         self.copied = torch.cuda.Event() if metrics.is_cuda else None
@@ -97,7 +98,7 @@ class StepLines:
         if self.copied is not None:
             self.copied.synchronize()
         for done in sorted(n for n in self.times if n <= self.published):
-            loss, grad_sq = self.host[done - 1].tolist()
+            loss, grad_sq, _ = self.host[done - 1].tolist()
             ms = self.times.pop(done)
             self.log(f"step:{done}/{self.total} train_loss:{loss:.4f} grad_norm:{math.sqrt(max(grad_sq, 0.0)):.4f} "
                      f"train_time:{ms:.0f}ms step_avg:{ms / done:.2f}ms")

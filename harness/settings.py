@@ -33,17 +33,20 @@ def parse_value(name: str, text: str, default):
     if isinstance(default, tuple) and isinstance(value, list):
         value = tuple(value)
     if type(value) is not type(default):
-        raise SystemExit(f"error: --{name} expects a {type(default).__name__}, got {text!r}")
+        kind = type(default).__name__
+        raise SystemExit(f"error: --{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {text!r}")
     return value
 
 
-def parse_args(argv: list[str], cls, validate):
+def parse_args(argv: list[str], cls, validate, check=None):
     """An instance of the dataclass `cls` with argv's overrides, checked by validate(instance) (which exits with a
-    one-line error). --help/-h prints every setting and --check validates and exits: both exit here."""
+    one-line error), and the names argv set (a setting given equal to its default is still given). --help/-h prints
+    every setting; --check validates, runs check(instance) (e.g. that the data files exist) and exits: both exit
+    here."""
     if {"--help", "-h"} & set(argv):
         print(setting_help(cls))
         raise SystemExit(0)
-    args = cls()
+    args, given = cls(), set()
     fields = {f.name for f in dataclasses.fields(cls)}
     check_only, i = False, 0
     while i < len(argv):
@@ -64,8 +67,11 @@ def parse_args(argv: list[str], cls, validate):
         if name not in fields:
             raise SystemExit(f"error: unknown setting --{name} (--help lists the settings)")
         setattr(args, name, parse_value(name, text, getattr(args, name)))
+        given.add(name)
     validate(args)
     if check_only:
+        if check is not None:
+            check(args)
         print("settings OK")
         raise SystemExit(0)
-    return args
+    return args, given

@@ -14,7 +14,7 @@ def test_step_lines_wait_for_their_values_then_print_in_order():
     printed = []
     clock = TrainClock([0, 4, 8], sync=lambda: None)
     clock.start()
-    metrics = torch.tensor([[2.0, 16.0], [1.5, 9.0], [1.0, 4.0], [0.5, 1.0], [0.25, 0.25]])
+    metrics = torch.tensor([[2.0, 16.0, 7.0], [1.5, 9.0, 7.0], [1.0, 4.0, 7.0], [0.5, 1.0, 7.0], [0.25, 0.25, 7.0]])
     lines = StepLines(metrics, clock, total=5, log=printed.append, distributed=False)
     lines.at_once = False
     for done in (1, 2, 3):

@@ -40,12 +40,20 @@ def test_parse_args_forms_and_types():
 @pytest.mark.parametrize("argv, message", [
     (["--no_such_knob", "1"], "unknown setting --no_such_knob"),
     (["--val_tokens", "many"], "--val_tokens"),
-    (["--val_tokens", "1.5"], "expects a int"),
+    (["--val_tokens", "1.5"], "expects an int"),
     (["--seed"], "needs a value"),
     (["val_tokens", "3"], "unexpected argument"),
     # one validation pass over the whole configuration: one line naming the flag and a valid value
-    (["--head_dim", "30", "--model_dim", "60"], "--num_heads 6 x --head_dim 30 must equal --model_dim 60"),
-    (["--num_heads", "3", "--head_dim", "256"], "--num_heads 3 must be even"),
+    (["--head_dim", "30", "--model_dim", "60"], "--model_dim 60 must be a multiple of 8"),
+    (["--num_heads", "3", "--head_dim", "256"], "--num_heads 3 x --head_dim 256 must equal --model_dim 768, with an "
+                                                "even number of heads of a multiple of 4 channels, e.g. --num_heads 6 "
+                                                "--head_dim 128"),
+    (["--model_dim", "96"], "e.g. --num_heads 2 --head_dim 48"),
+    (["--seed", str(2**70)], f"--seed {2**70} must be in [0, 2**63)"),
+    (["--adam_lr", "1e999"], "--adam_lr inf must be finite"),
+    (["--stage_mtp_weights", "(((0.0,), (0.0,)), ((1.0,), (1.0,)), ((1.0,), (1.0,)))"], "none all zero"),
+    (["--profile_steps", "1400:1500"], "within the run's 1490 steps"),
+    (["--dist_timeout", "0"], "--dist_timeout 0.0 must be positive seconds"),
     (["--val_micro_batch_tokens", "0"], "must be a positive multiple of --val_micro_batch_tokens 0"),
     (["--micro_batch_tokens", "(0, 128, 192)"], "--micro_batch_tokens (0, 128, 192) needs 3 positive integers"),
     (["--run_id", "sub/dir"], "--run_id 'sub/dir' must be a plain file name"),
@@ -85,15 +93,17 @@ def test_importing_the_project_changes_no_environment_or_torch_setting():
     assert out.returncode == 0 and out.stdout.split() == ["True", "True", "expandable_segments:True"], out
 
 
-def test_help_lists_every_setting_and_check_validates_without_heavy_imports():
-    """--help names every setting with its default and meaning (from the Hyperparameters comments); --check and
-    setting errors answer before torch is imported."""
+def test_help_lists_every_setting_and_check_validates_without_heavy_imports(synthetic_data):
+    """--help names every setting with its default and meaning (from the Hyperparameters comments); --check (which
+    also finds the data files) and setting errors answer before torch is imported."""
     out = subprocess.run([sys.executable, "train_gpt.py", "--help"], cwd=REPO, capture_output=True, text=True)
     assert out.returncode == 0
     for field in dataclasses.fields(tg.Hyperparameters):
         assert re.search(rf"^  --{field.name} \S.*  \S", out.stdout, re.M), f"--{field.name} lacks a default or meaning"
     probe = "import sys, runpy; sys.argv = ['train_gpt.py', *sys.argv[1:]]\ntry:\n    runpy.run_path('train_gpt.py', run_name='__main__')\nfinally:\n    print('torch imported:', 'torch' in sys.modules)"
-    for argv, code, text in ((["--check"], 0, "settings OK"), (["--num_heads", "5"], 1, "error: --num_heads")):
+    data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
+    for argv, code, text in ((["--check", *data], 0, "settings OK"), (["--num_heads", "5"], 1, "error: --num_heads"),
+                             (["--check", *data, "--val_files", "nowhere/*.bin"], 1, "error: no val shards match")):
         out = subprocess.run([sys.executable, "-c", probe, *argv], cwd=REPO, capture_output=True, text=True)
         assert out.returncode == code and text in out.stdout + out.stderr and "torch imported: False" in out.stdout, out
 
@@ -455,7 +465,8 @@ def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message)
 
 
 def test_unsupported_world_size_and_missing_cuda_fail_early():
-    r = run_script(["--device", "cpu"], env_extra={"WORLD_SIZE": "3", "RANK": "0"})
+    r = run_script(["--device", "cpu"], env_extra={"WORLD_SIZE": "3", "RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                                                   "MASTER_PORT": "29400"})
     assert r.returncode != 0 and "world size 3 is not supported" in r.stderr
     if not torch.cuda.is_available():
         r = run_script(["--device", "cuda"])

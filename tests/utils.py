@@ -54,7 +54,7 @@ TINY_FLAGS = ["--device", "cpu", "--compile", "False", "--vocab_size", "256", "-
 
 def settings(argv: list[str]) -> tg.Hyperparameters:
     """train_gpt.py's settings from command-line flags, as main() parses them."""
-    return parse_args(argv, tg.Hyperparameters, tg.validate)
+    return parse_args(argv, tg.Hyperparameters, tg.validate)[0]
 
 
 def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:

@@ -9,7 +9,6 @@ Exit status 1 when the failure reproduces, 0 when everything is finite on replay
 import argparse
 import dataclasses
 import linecache
-import pickle
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
+from harness.checkpoint import read_file  # noqa: E402
 
 
 class FirstNaN(TorchDispatchMode):
@@ -73,15 +73,8 @@ def nonfinite(named) -> list[str]:
     return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
 
 
-def load_capture(path: str) -> dict:
-    try:  # weights_only: tensors and plain containers only, so a crafted .pt file cannot run code
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise SystemExit(f"error: {path} is not a capture written by train_gpt.py: {str(e).splitlines()[0]}") from None
-
-
 def replay(path: str, device: str) -> int:
-    capture = load_capture(path)
+    capture = read_file(path, "capture")  # anything else is refused with one line
     saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
     rt = tg.setup_runtime(saved)

@@ -1,0 +1,99 @@
+"""The launch: the environment torchrun (or a person) sets for each process, checked with one-line errors; the
+process group formed within a bounded wait; and a watchdog that ends a process whose peers stopped answering."""
+import datetime
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+HOW = "launch with torchrun --standalone --nproc_per_node=N train_gpt.py (it sets them), or unset them for one process"
+
+
+@dataclass(frozen=True)
+class Launch:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def read_launch(environ=os.environ) -> Launch:
+    """RANK, WORLD_SIZE and LOCAL_RANK (absent: one process), checked; several processes also need MASTER_ADDR and
+    MASTER_PORT, where rank 0 waits for the others."""
+    def integer(name: str, default: int, low: int) -> int:
+        text = environ.get(name)
+        if text is None:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise SystemExit(f"error: {name}={text!r} must be an integer of at least {low}; {HOW}")
+        return value
+    world_size = integer("WORLD_SIZE", 1, 1)
+    rank, local_rank = integer("RANK", 0, 0), integer("LOCAL_RANK", 0, 0)
+    if rank >= world_size:
+        raise SystemExit(f"error: RANK={rank} must be below WORLD_SIZE={world_size}; {HOW}")
+    if world_size > 1:
+        missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(name)]
+        if missing:
+            raise SystemExit(f"error: WORLD_SIZE={world_size} needs {' and '.join(missing)} (where rank 0 waits for "
+                             f"the others); {HOW}")
+    return Launch(rank, world_size, local_rank)
+
+
+def form_group(launch: Launch, backend: str, device, timeout_s: float):
+    """Join the other processes, waiting at most timeout_s for them (also the limit of every collective later).
+    While this blocks inside C++, Python's signal handlers cannot run: SIGINT and SIGTERM end the process at once."""
+    handlers = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        dist.init_process_group(backend=backend, device_id=device, timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError, TimeoutError) as e:  # torch's store and network errors are RuntimeErrors
+        where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        raise SystemExit(f"error: rank {launch.rank} of {launch.world_size} could not join the others at {where} "
+                         f"within --dist_timeout {timeout_s:g} s ({(str(e).splitlines() or [''])[0]}); start every "
+                         "rank (torchrun --nproc_per_node=N starts them all), or raise --dist_timeout") from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+class Watchdog:
+    """Ends this process with one line when the training loop makes no progress for timeout_s: a peer that died
+    leaves the others blocked inside a collective, where no signal handler or exception reaches them. A thread
+    checks every few seconds; beat() is cheap (a clock read)."""
+
+    def __init__(self, timeout_s: float, rank: int, log):
+        self.timeout_s, self.rank, self.log = timeout_s, rank, log
+        self.last, self.step, self.armed = time.monotonic(), None, False
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def beat(self, step: int):
+        self.last, self.step, self.armed = time.monotonic(), step, True
+
+    def disarm(self):
+        self.armed = False
+
+    def _watch(self):
+        while True:
+            time.sleep(min(5.0, self.timeout_s / 4))
+            if self.armed and time.monotonic() - self.last > self.timeout_s:
+                line = (f"error: rank {self.rank}: no progress for --dist_timeout {self.timeout_s:g} s after step "
+                        f"{self.step}: a peer process died or hangs; stopping")
+                print(line, file=sys.stderr, flush=True)
+                self.log(f"stopped: {line[len('error: '):]}", console=False)
+                os._exit(1)
+
+
+def peer_failure(error: BaseException) -> str | None:
+    """The one line for a collective that failed because another process died or hung (gloo: its connection closed
+    or timed out; NCCL: its watchdog or a remote error), else None."""
+    text = str(error)
+    if not isinstance(error, RuntimeError) or not any(w in text for w in ("gloo", "Gloo", "NCCL", "nccl")):
+        return None
+    return (f"error: rank {os.environ.get('RANK', 0)}: a collective with the other processes failed, most likely because "
+            f"one of them died or hangs (see its log): {(text.splitlines() or [''])[0][:300]}")

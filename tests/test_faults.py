@@ -1,0 +1,313 @@
+"""Faults and bad input around a run of train_gpt.py: the launch environment, waiting for peers that never come or
+die, files that are not what they claim (resume and replay), and writes that fail.
+
+    python3 -m pytest -q tests/test_faults.py
+
+On a machine with two GPUs the NCCL cases run too: a SIGTERM to a world-2 torchrun stops both ranks at one step
+with a checkpoint that resumes, and a rank killed mid-step makes the other exit with one line.
+"""
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import train_gpt as tg
+from data.shards import fingerprint, write_shard
+from harness import files
+from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
+from harness.launch import read_launch
+from harness.log import Logger
+from tests.utils import REPO, TINY_FLAGS, cpu_runtime, run_script, settings, tiny_model
+
+
+def one_error_line(stderr: str, *words: str):
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- the launch environment ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("env, message", [
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc' must be an integer of at least 1"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0' must be an integer of at least 1"),
+    ({"WORLD_SIZE": "-8"}, "WORLD_SIZE='-8' must be an integer of at least 1"),
+    ({"RANK": "1", "WORLD_SIZE": "1"}, "RANK=1 must be below WORLD_SIZE=1"),
+    ({"RANK": "-1", "WORLD_SIZE": "2"}, "RANK='-1' must be an integer of at least 0"),
+    ({"LOCAL_RANK": "one"}, "LOCAL_RANK='one' must be an integer"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT"),
+])
+def test_launch_environment_is_checked(env, message):
+    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_launch(env)
+    assert read_launch({}) == read_launch({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
+
+
+def test_bad_launch_environment_is_one_line():
+    one_error_line(run_script(["--device", "cpu"], env_extra={"WORLD_SIZE": "abc"}).stderr, "WORLD_SIZE='abc'")
+
+
+def test_a_rank_whose_peers_never_come_gives_up_within_the_timeout(synthetic_data, tmp_path):
+    start = time.time()
+    r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                 "--dist_timeout", "2", "--log_dir", str(tmp_path)],
+                   env_extra={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())},
+                   timeout=120)
+    assert r.returncode != 0 and time.time() - start < 60
+    one_error_line(r.stderr, "rank 0 of 2 could not join the others", "--dist_timeout 2 s")
+
+
+def test_a_rank_that_dies_mid_run_stops_the_other_with_one_line(synthetic_data, tmp_path):
+    """Two processes launched by hand (no torchrun agent to clean up): rank 1 is killed mid-run, and rank 0 leaves
+    with one line well within --dist_timeout, instead of waiting forever in a collective."""
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--val_tokens",
+                          "2048", "--num_scheduled_steps", "60", "--num_extension_steps", "0", "--val_every", "0", "--guard_every", "1",
+                          "--dist_timeout", "60", "--log_dir", str(tmp_path), "--run_id", "dies"]
+    ranks = [subprocess.Popen([sys.executable, "train_gpt.py", *flags], cwd=REPO, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    for line in ranks[0].stdout:  # steps are under way once their lines are printed
+        if line.startswith("step:2/"):
+            break
+    ranks[1].kill()
+    killed = time.time()
+    _, err = ranks[0].communicate(timeout=120)
+    assert ranks[0].returncode != 0 and time.time() - killed < 60, err[-2000:]
+    one_error_line(err, "rank 0")
+
+
+# --- files that are not what they claim -------------------------------------------------------------
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    """A one-process checkpoint of the tiny model at step 3, as Checkpoints.save writes it."""
+    hp = settings(TINY_FLAGS + ["--log_dir", str(tmp_path), "--run_id", "run", "--num_scheduled_steps", "6",
+                                "--num_extension_steps", "2"])
+    model = tiny_model()
+    state = dict(step=3, loader=(0, 0), model=model.state_dict(), optimizer={}, carried=None)
+    path = Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=1.0, stage_ms={}, stage_start_ms=0.0))
+    return hp, Path(path)
+
+
+def load(hp, path, given=(), rank=0, world=1):
+    resume = settings(TINY_FLAGS + ["--resume", str(path), "--num_scheduled_steps", "6"])
+    for name in given:
+        setattr(resume, name, getattr(hp, name))
+    return load_checkpoint(resume, {"resume", *given}, rank, world, lambda s: tg.Schedule(s).total_steps,
+                           lambda s: tg.weight_shapes(s, cpu_runtime(world)))
+
+
+def rewrite(path, **changes):
+    obj = torch.load(path, weights_only=True)
+    obj.update(changes)
+    torch.save(obj, path)
+
+
+def test_a_checkpoint_loads_with_its_settings(checkpoint):
+    hp, path = checkpoint
+    saved, ck = load(hp, path)
+    assert saved.run_id == "run" and ck["state"]["step"] == 3 and ck["data"] == "data-id"
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "is not a readable checkpoint of train_gpt.py"),
+    ("truncated", "is not a readable checkpoint of train_gpt.py"),
+    ("capture", "is a capture, not a checkpoint"),
+    ("other_format", "is a checkpoint of format 0, from another version of train_gpt.py"),
+    ("other_version", "was written with other settings (no_such_setting) by another version"),
+    ("renamed", "holds rank 1 of a 2-process run; this is rank 0 of 1"),
+    ("weights_changed", "its weights do not fit its settings (attn_bank: (3, 256, 64) saved, (10, 256, 64) expected)"),
+    ("finished", "is of a finished run (step 8 of 8): there is nothing to resume"),
+    ("setting_equal_to_default", "--adam_lr 0.008 differs from the resumed run's 0.01"),
+])
+def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
+    hp, path = checkpoint
+    given = ()
+    if case == "empty":
+        path.write_bytes(b"")
+    elif case == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
+    elif case == "capture":
+        rewrite(path, kind="capture")
+    elif case == "other_format":
+        rewrite(path, format=0)
+    elif case == "other_version":
+        obj = torch.load(path, weights_only=True)
+        rewrite(path, config={**obj["config"], "no_such_setting": 1})
+    elif case == "renamed":
+        rewrite(path, rank=1, world_size=2)
+    elif case == "weights_changed":
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["model"]["attn_bank"] = obj["state"]["model"]["attn_bank"][:3]
+        torch.save(obj, path)
+    elif case == "finished":
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["step"] = 8
+        torch.save(obj, path)
+    else:  # given on the command line equal to its default: still given, so still compared
+        obj = torch.load(path, weights_only=True)
+        rewrite(path, config={**obj["config"], "adam_lr": 0.01})
+        hp.adam_lr, given = 0.008, ("adam_lr",)
+    with pytest.raises(SystemExit, match=r"^error: .*" + message.replace("(", r"\(").replace(")", r"\)")):
+        load(hp, path, given)
+
+
+def test_replay_refuses_a_checkpoint(checkpoint):
+    with pytest.raises(SystemExit, match="is a checkpoint, not a capture"):
+        read_file(str(checkpoint[1]), "capture")
+    r = run_script([str(checkpoint[1]), "--device", "cpu"], script="tools/replay.py")
+    one_error_line(r.stderr, "is a checkpoint, not a capture")
+
+
+def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    write_shard(a / "s_000000.bin", list(range(1000)))
+    write_shard(b / "s_000000.bin", list(range(1000)))
+    assert fingerprint([a / "s_000000.bin"]) == fingerprint([b / "s_000000.bin"])
+    write_shard(b / "s_000000.bin", list(range(1, 1001)))  # the same name and size, other tokens
+    assert fingerprint([a / "s_000000.bin"]) != fingerprint([b / "s_000000.bin"])
+
+
+def test_resume_refuses_shards_written_anew_under_the_same_names(tmp_path, synthetic_data):
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(Path(synthetic_data["train"]).parent, data)
+    flags = TINY_FLAGS + ["--train_files", str(data / "synthetic_train_*.bin"), "--val_files",
+                          str(data / "synthetic_val_*.bin"), "--num_scheduled_steps", "6", "--warmup", "False",
+                          "--checkpoint_every", "2", "--log_dir", str(tmp_path), "--run_id", "r"]
+    r = run_script(flags)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = sorted(data.glob("synthetic_train_*.bin"))[0]
+    tokens = torch.from_numpy(__import__("numpy").fromfile(first, dtype="<u2", offset=1024).astype("int64"))
+    write_shard(first, torch.roll(tokens, 1).numpy())  # same name, size and header; other tokens
+    checkpoint = tmp_path / "r_checkpoint_rank0.pt"
+    obj = torch.load(checkpoint, weights_only=True)
+    obj["state"]["step"] = 4  # a run stopped mid-way
+    torch.save(obj, checkpoint)
+    log_before = (tmp_path / "r.txt").read_text()
+    r = run_script(["--resume", str(checkpoint)])
+    one_error_line(r.stderr, "the shards are not those the checkpoint was cut from")
+    assert (tmp_path / "r.txt").read_text() == log_before, "nothing may be written to the run's log"
+
+
+# --- writes that fail ----------------------------------------------------------------------------------
+
+def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    save_atomically({"kind": "checkpoint", "format": FORMAT, "n": 1}, str(path))
+    good = path.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(files.WriteError, match=f"cannot write {path}: No space left on device; the previous file"):
+        save_atomically({"n": 2}, str(path))
+    assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_log_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    log = Logger(str(tmp_path), "run", is_master=True)
+    (tmp_path / "run.txt").unlink()
+    (tmp_path / "run.txt").mkdir()  # writing it now fails (as a full or read-only disk would)
+    with pytest.raises(files.WriteError, match=f"cannot write the log {tmp_path / 'run.txt'}"):
+        log("hello", console=False)
+
+
+@pytest.mark.parametrize("log_dir", ["a_file/logs", "a_file"])
+def test_a_log_dir_that_cannot_hold_the_files_is_refused_before_start_up(tmp_path, synthetic_data, log_dir):
+    (tmp_path / "a_file").write_text("not a folder")
+    r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                 "--num_scheduled_steps", "6", "--log_dir", str(tmp_path / log_dir)])
+    one_error_line(r.stderr, f"--log_dir '{tmp_path / log_dir}' cannot hold the run's files")
+
+
+# --- the last settings ------------------------------------------------------------------------------
+
+def test_a_diverged_run_without_the_guard_does_not_exit_0(tmp_path, synthetic_data):
+    r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                 "--num_scheduled_steps", "3", "--num_extension_steps", "0", "--guard_every", "0",
+                                 "--inject_fault_step", "1", "--log_dir", str(tmp_path), "--run_id", "nan"])
+    one_error_line(r.stderr, "the final val loss is nan")
+    assert "stopped: the final val loss is nan" in (tmp_path / "nan.txt").read_text()
+
+
+def test_the_log_names_the_shards_and_a_literal_bracket_folder_is_taken_as_written(tmp_path):
+    for folder in ("run1", "run[1]"):
+        (tmp_path / folder).mkdir()
+        write_shard(tmp_path / folder / "t_train_000000.bin", [255, 1, 2])
+    from data.shards import find_shards
+    assert find_shards(str(tmp_path / "run[1]" / "t_train_*.bin"), "train") == [tmp_path / "run[1]" / "t_train_000000.bin"]
+
+
+# --- real NCCL, on two GPUs ----------------------------------------------------------------------------
+
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+NCCL_FLAGS = ["--device", "cuda", "--compile", "False", "--vocab_size", "256", "--bos_id", "255", "--model_dim", "64",
+              "--num_heads", "2", "--head_dim", "32", "--micro_batch_tokens", "(64, 128, 192)",
+              "--val_micro_batch_tokens", "256", "--stage_seq_lens", "(32, 64, 64)", "--window_block", "8",
+              "--val_tokens", "2048", "--guard_every", "2", "--val_every", "0"]
+
+
+def nccl_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return {**env, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", **extra}
+
+
+@TWO_GPUS
+def test_nccl_sigterm_stops_both_ranks_at_one_step_with_a_checkpoint_that_resumes(tmp_path, synthetic_data):
+    flags = NCCL_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "150", "--save_checkpoint", "True", "--log_dir", str(tmp_path),
+                          "--run_id", "term"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train_gpt.py"]
+    proc = subprocess.Popen(torchrun + flags, cwd=REPO, env=nccl_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    for line in proc.stdout:
+        if line.startswith("step:4/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    out, err = proc.communicate(timeout=300)
+    (tmp_path / "term_console.txt").write_text(out + err)
+    saved = [torch.load(tmp_path / f"term_checkpoint_rank{r}.pt", weights_only=True) for r in range(2)]
+    assert saved[0]["state"]["step"] == saved[1]["state"]["step"] > 0, err[-3000:]
+    assert "stopped by SIGTERM before step" in (tmp_path / "term.txt").read_text()
+    resumed = subprocess.run(torchrun + ["--resume", str(tmp_path / "term_checkpoint_rank0.pt")], cwd=REPO,
+                             env=nccl_env(), capture_output=True, text=True, timeout=600)
+    (tmp_path / "resume_console.txt").write_text(resumed.stdout + resumed.stderr)
+    assert resumed.returncode == 0 and f"resumed at step {saved[0]['state']['step']}" in resumed.stdout, \
+        resumed.stderr[-3000:]
+
+
+@TWO_GPUS
+def test_nccl_rank_killed_mid_step_makes_the_other_exit_with_one_line(tmp_path, synthetic_data):
+    flags = NCCL_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "150", "--dist_timeout", "60", "--log_dir", str(tmp_path),
+                          "--run_id", "kill"]
+    env = nccl_env(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    ranks = [subprocess.Popen([sys.executable, "train_gpt.py", *flags], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(2)]
+    for line in ranks[0].stdout:
+        if line.startswith("step:4/"):
+            break
+    ranks[1].kill()
+    killed = time.time()
+    _, err = ranks[0].communicate(timeout=180)
+    (tmp_path / "kill_console.txt").write_text(err)
+    assert ranks[0].returncode != 0 and time.time() - killed < 70, err[-3000:]
+    one_error_line(err, "rank 0")

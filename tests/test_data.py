@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -233,6 +234,57 @@ def test_failed_tokenize_removes_only_what_it_created(tmp_path, tiny, monkeypatc
     else:
         assert not (tmp_path / "new").exists(), "the folders this run created are gone"
         assert tmp_path.exists()
+
+
+LONG_DOCS = [("ab " * 200).strip(), "short", "x" * 130, "y" * 127]  # tiny's tokens are bytes: 600, 5, 130, 127
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "txt_files", "txt_lines"])
+def test_max_doc_tokens_splits_long_documents_in_every_format(tmp_path, tiny, layout):
+    """Pieces of at most N tokens, separator included, each starting with the separator, whose text joins up to the
+    document; shorter documents unchanged, and without the option nothing is split."""
+    src = tmp_path / "src"
+    src.mkdir()
+    if layout == "jsonl":
+        (src / "c.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in LONG_DOCS))
+    elif layout == "txt_files":
+        for i, d in enumerate(LONG_DOCS):
+            (src / f"{i}.txt").write_text(d)
+    else:
+        (src / "lines.txt").write_text("".join(d + "\n" for d in LONG_DOCS))
+    args = dict(shard_tokens=50, workers=1, chunksize=1, encoding=tiny, line_docs=layout == "txt_lines")
+    whole = tokenize_text.tokenize([src], tmp_path / "whole", "w", **args)
+    assert split_documents(shard_tokens(whole), tiny) == LONG_DOCS
+    split = tokenize_text.tokenize([src], tmp_path / "split", "s", max_doc_tokens=128, **args)
+    tokens = shard_tokens(split)
+    starts = np.flatnonzero(tokens == tiny.eot_token)
+    assert np.diff(np.append(starts, len(tokens))).max() == 128, "every document fits the cut"
+    docs = split_documents(tokens, tiny)
+    assert len(docs) == 5 + 2 + 1 + 1 and docs[5:] == ["short", "x" * 127, "xxx", "y" * 127]
+    assert "".join(docs[:5]) == LONG_DOCS[0]
+
+
+def test_long_documents_warn_with_the_option_to_use(tmp_path, tiny, monkeypatch, capfd):
+    """Mostly text past a CPU run's 128-token cut: a warning naming --max_doc_tokens 128; none with the option or
+    with short documents."""
+    monkeypatch.setattr(tokenize_text, "load_gpt2", lambda: tiny)
+    (tmp_path / "long.jsonl").write_text("".join(json.dumps({"text": "z" * 1000}) + "\n" for _ in range(8)))
+    (tmp_path / "short.jsonl").write_text("".join(json.dumps({"text": "z" * 100}) + "\n" for _ in range(8)))
+
+    def warnings(*args):
+        tokenize_text.main([*map(str, args), "--prefix", f"p{len(list(tmp_path.iterdir()))}", "--workers", "1"])
+        return [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning:")]
+    [warning] = warnings(tmp_path / "long.jsonl", "--out", tmp_path / "a")
+    assert "8 of the 8 documents are longer than 128 tokens" in warning and "87% of the tokens" in warning
+    assert "--max_doc_tokens 128" in warning
+    assert warnings(tmp_path / "long.jsonl", "--out", tmp_path / "b", "--max_doc_tokens", "128") == []
+    assert warnings(tmp_path / "short.jsonl", "--out", tmp_path / "c") == []
+
+
+def test_cpu_cut_is_run_shs():
+    """The warning's cut is the longest of the CPU run's --stage_seq_lens in run.sh."""
+    seq_lens = re.search(r"--stage_seq_lens '\(([\d, ]+)\)'", (REPO / "run.sh").read_text())[1]
+    assert max(map(int, seq_lens.split(","))) == tokenize_text.CPU_SEQ_LEN
 
 
 def test_gpt2_unavailable_is_one_line_with_the_fix(tmp_path, monkeypatch, capfd):

@@ -4,12 +4,11 @@ layer), the parameters whose gradients are not, and, for a one-process run, the 
 
     python3 tools/replay.py logs/RUN_capture_rank0.pt [--device cpu|cuda|auto]
 
-Exit status 1 when the failure reproduces, 0 when everything is finite on replay.
+Exit status 1 when the failure reproduces, 0 when everything is finite on replay, 2 with one `error:` line when the
+capture cannot be read or replayed here.
 """
-import argparse
 import dataclasses
 import linecache
-import pickle
 import sys
 from pathlib import Path
 
@@ -21,6 +20,10 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
+from tools import cli  # noqa: E402
+
+CAPTURE_KEYS = {"config", "grad_accum_steps", "model", "grads", "rotary_extensions", "forward", "step", "rank",
+                "world_size", "reproduced", "batches", "optimizer", "optimizer_args"}  # what the guard saves
 
 
 class FirstNaN(TorchDispatchMode):
@@ -75,16 +78,31 @@ def nonfinite(named) -> list[str]:
 
 def load_capture(path: str) -> dict:
     try:  # weights_only: tensors and plain containers only, so a crafted .pt file cannot run code
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise SystemExit(f"error: {path} is not a capture written by train_gpt.py: {str(e).splitlines()[0]}") from None
+        capture = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:
+        raise
+    except Exception as e:  # the unpickler raises whatever a file that is not a .pt makes it hit
+        raise cli.Error(f"{path} is not a capture written by train_gpt.py ({type(e).__name__}: "
+                        f"{(str(e).splitlines() or [''])[0][:100]}); pass a <run_id>_capture_rank<N>.pt file") from None
+    missing = CAPTURE_KEYS - set(capture) if isinstance(capture, dict) else CAPTURE_KEYS
+    if missing:
+        raise cli.Error(f"{path} is not a capture written by train_gpt.py (it lacks {', '.join(sorted(missing)[:3])}"
+                        f"{' ...' if len(missing) > 3 else ''}); pass a <run_id>_capture_rank<N>.pt file")
+    return capture
 
 
 def replay(path: str, device: str) -> int:
     capture = load_capture(path)
-    saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    try:
+        saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
+        raise cli.Error(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
+                        "version's code (its log holds it)") from None
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
-    rt = tg.setup_runtime(saved)
+    try:
+        rt = tg.setup_runtime(saved)
+    except SystemExit as e:  # its one-line `error:` (--device cuda without a GPU): status 2 here, 1 means reproduced
+        raise cli.Error(str(e.code).removeprefix("error: ")) from None
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     model = tg.build_model(saved, rt)
     model.load_state_dict(capture["model"])
@@ -127,8 +145,9 @@ def replay(path: str, device: str) -> int:
     return 1 if found else 0
 
 
+@cli.program(error_status=2)
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("capture", help="a *_capture_rank<N>.pt file written by train_gpt.py's guard")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     args = parser.parse_args(argv)

@@ -17,6 +17,7 @@ MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
+MAX_TOKENS = 2**31 - 1  # the header's int32 count
 
 
 class ShardError(ValueError):
@@ -34,6 +35,8 @@ def read_header(path) -> int:
         size = path.stat().st_size
     except OSError as e:
         raise ShardError(f"{path}: cannot read shard ({e.strerror})") from None
+    if not path.is_file():
+        raise ShardError(f"{path}: not a file; name a .bin shard")
     if size < HEADER_BYTES:
         raise ShardError(f"{path}: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header; "
                          "the download was probably cut off - delete it and fetch it again")
@@ -71,18 +74,40 @@ def memmap_tokens(path) -> np.ndarray:
 
 
 def write_shard(path, tokens) -> None:
-    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically."""
+    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically (atomic_write)."""
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
         raise ValueError("token ids must fit in uint16")
+    if tokens.size > MAX_TOKENS:
+        raise ValueError(f"a shard holds at most {MAX_TOKENS:,} tokens (its header's count is an int32)")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[:3] = MAGIC, VERSION, tokens.size
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+
+    def write(f):
         f.write(header.tobytes())
         f.write(tokens.astype("<u2").tobytes())
-    os.replace(tmp, path)  # a crash never leaves a half-written shard under the real name
+    atomic_write(path, write)
+
+
+def atomic_write(path, write) -> None:
+    """Create or replace the file `path` with what write(binary file) writes, all or nothing: the file appears
+    complete under its name or not at all, and the old one stays until then. A failure (a full disk, Ctrl-C) also
+    removes the hidden temporary file beside it; an OSError names `path`, whichever file or call raised it."""
+    path = Path(path)
+    # hidden from globs of *.bin; cut so that only a name too long for the file system itself is refused as one
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # x: a file that happens to have this name is never truncated
+            write(f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        # not after FileExistsError: that file is someone else's. A flag set after open() would miss a Ctrl-C that
+        # lands as open() returns.
+        if not isinstance(e, FileExistsError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
 
 
 def find_shards(pattern: str, what: str) -> list[Path]:

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards
-from data.shards import ShardError, read_header, write_shard  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards and tools.cli
+from data.shards import MAX_TOKENS, ShardError, atomic_write, read_header, write_shard  # noqa: E402
+from tools import cli  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100
 DOC_LENGTH_SIGMA = 1.2  # log-normal spread: ~0.5% of documents have 1-5 tokens, a few run to thousands
@@ -82,17 +83,27 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
     Shards already there with the expected token count are kept unless force=True.
     """
     if not 2 < vocab_size <= 2**16:
-        raise ValueError(f"vocab_size must be in 3..65536 (uint16 tokens), got {vocab_size}")
+        raise cli.Error(f"--vocab_size {vocab_size} must be in 3..65536 (uint16 tokens)")
     if not 1 <= branching < vocab_size:
-        raise ValueError(f"branching must be in 1..vocab_size-1, got {branching}")
+        raise cli.Error(f"--branching {branching} must be in 1..{vocab_size - 1} (--vocab_size - 1)")
+    if seed < 0:
+        raise cli.Error(f"--seed {seed} must be >= 0")
     if train_shards < 1 or train_tokens < train_shards or val_tokens < 1:
-        raise ValueError("need train_shards >= 1, train_tokens >= train_shards and val_tokens >= 1")
+        raise cli.Error(f"need --train_shards >= 1 (got {train_shards}), --train_tokens >= --train_shards (got "
+                        f"{train_tokens}) and --val_tokens >= 1 (got {val_tokens})")
+    if max(val_tokens, -(-train_tokens // train_shards)) > MAX_TOKENS:
+        raise cli.Error(f"a shard holds at most {MAX_TOKENS:,} tokens: lower --val_tokens, or raise --train_shards "
+                        "for these --train_tokens")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise cli.Error(f"--out {out} is a file; name a folder (it is created if missing)")
     train_paths, val_path = shard_paths(out, train_shards)
     stale = sorted(set(out.glob("synthetic_train_*.bin")) - set(train_paths))
     if stale:
-        raise FileExistsError(f"{out} holds train shards beyond the {train_shards} requested ({stale[0].name} ...); "
-                              "training globs would pick them up - delete them first")
+        raise cli.Error(f"{out} holds train shards beyond the {train_shards} requested ({stale[0].name} ...); "
+                        "training globs would pick them up - delete them first")
+    out.mkdir(parents=True, exist_ok=True)
+    cli.check_writable(out)
 
     # Independent streams per file: the table and val shard stay the same when train_shards changes.
     table_seed, val_seed, *train_seeds = np.random.SeedSequence(seed).spawn(2 + train_shards)
@@ -103,10 +114,9 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
 
     per_shard = [train_tokens // train_shards + (i < train_tokens % train_shards) for i in range(train_shards)]
     jobs = list(zip(train_paths, per_shard, train_seeds)) + [(val_path, val_tokens, val_seed)]
-    out.mkdir(parents=True, exist_ok=True)
     # train_gpt.py quotes this file in its end-of-run summary (a loss_floor.txt beside the validation shards)
-    (out / "loss_floor.txt").write_text(f"{entropy_rate(successors, probs):.3f} nats/token (the Markov source's "
-                                        "entropy rate)\n")
+    floor = f"{entropy_rate(successors, probs):.3f} nats/token (the Markov source's entropy rate)\n"
+    atomic_write(out / "loss_floor.txt", lambda f: f.write(floor.encode()))
     for path, num_tokens, file_seed in jobs:
         if not force and _holds(path, num_tokens):
             if verbose:
@@ -125,8 +135,9 @@ def _holds(path: Path, num_tokens: int) -> bool:
         return False
 
 
+@cli.program
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(REPO_ROOT / "data" / "synthetic"), help="output folder (default: %(default)s)")
     parser.add_argument("--vocab_size", type=int, default=256, help="vocabulary size; id vocab_size-1 is the separator (default: %(default)s)")
     parser.add_argument("--train_tokens", type=int, default=2_000_000, help="train tokens over all train shards (default: %(default)s)")
@@ -136,11 +147,8 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="same seed, same files (default: %(default)s)")
     parser.add_argument("--force", action="store_true", help="regenerate even if valid shards of the right size exist")
     args = parser.parse_args(argv)
-    try:
-        generate(args.out, args.vocab_size, args.train_tokens, args.val_tokens, args.train_shards,
-                 args.branching, args.seed, args.force, verbose=True)
-    except (ValueError, FileExistsError) as e:
-        sys.exit(f"synthetic.py: {e}")
+    generate(args.out, args.vocab_size, args.train_tokens, args.val_tokens, args.train_shards,
+             args.branching, args.seed, args.force, verbose=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ import os
 import sys
 
 import pytest
+import tiktoken
 import torch
 
 # Without a GPU, run the Triton launchers through Triton's interpreter. The variable is read when
@@ -40,3 +41,11 @@ def synthetic_data(tmp_path_factory):
     out = tmp_path_factory.mktemp("synthetic")
     synthetic.generate(out=out, vocab_size=256, train_tokens=400_000, val_tokens=20_000, train_shards=2, seed=0)
     return {"train": str(out / "synthetic_train_*.bin"), "val": str(out / "synthetic_val_*.bin")}
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """A tiktoken encoding of 256 byte tokens and <|endoftext|> = 256 for data/tokenize_text.py: every text
+    round-trips, and nothing is downloaded."""
+    return tiktoken.Encoding(name="tiny_bytes", pat_str=r"\s+|\S+", mergeable_ranks={bytes([b]): b for b in range(256)},
+                             special_tokens={"<|endoftext|>": 256})

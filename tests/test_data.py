@@ -7,6 +7,7 @@ import importlib
 import json
 import logging
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,9 @@ import tiktoken.load
 import tiktoken.registry
 from huggingface_hub.utils import LocalEntryNotFoundError
 
+import data.shards
 from data.shards import HEADER_BYTES, MAGIC, VERSION, ShardError, read_header, read_tokens, write_shard
+from tools.cli import Error
 
 REPO = Path(__file__).resolve().parents[1]
 download = importlib.import_module("data.download")
@@ -107,17 +110,10 @@ def test_write_rejects_tokens_outside_uint16(tmp_path):
 
 
 # -----------------------------------------------------------------------------
-# data/tokenize_text.py (a tiny byte-level encoding built here; one test needs GPT-2's BPE files)
+# data/tokenize_text.py (a tiny byte-level encoding, conftest.py's `tiny`; one test needs GPT-2's BPE files)
 
 DOCS = ["Hello world", "Second document.\nIt has two lines and <|endoftext|> as plain text.",
         "Ünïcödé ✓ 日本語", "", "x"]
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """256 byte tokens and <|endoftext|> = 256: every text round-trips, and nothing is downloaded."""
-    return tiktoken.Encoding(name="tiny_bytes", pat_str=r"\s+|\S+", mergeable_ranks={bytes([b]): b for b in range(256)},
-                             special_tokens={"<|endoftext|>": 256})
 
 
 def split_documents(tokens: np.ndarray, enc) -> list[str]:
@@ -161,19 +157,19 @@ def test_tokenize_line_docs_and_no_val(tmp_path, tiny):
 def test_tokenize_refuses_to_mix_with_old_shards(tmp_path, tiny):
     (tmp_path / "d.txt").write_text("doc")
     tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
-    with pytest.raises(FileExistsError, match="already holds p_"):
+    with pytest.raises(Error, match="already holds p_"):
         tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
 
 
 def test_tokenize_input_errors(tmp_path, tiny):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"body": "no text field"}\n')
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: not a JSON object with a 'text' field"):
+    with pytest.raises(Error, match=r"bad.jsonl:2: not a JSON object with a 'text' field"):
         tokenize_text.tokenize([tmp_path / "bad.jsonl"], tmp_path / "o1", "p", workers=1, encoding=tiny)
     (tmp_path / "small.txt").write_text("tiny")
-    with pytest.raises(ValueError, match="fewer than --val_tokens"):
+    with pytest.raises(Error, match="fewer than --val_tokens"):
         tokenize_text.tokenize([tmp_path / "small.txt"], tmp_path / "o2", "p", val_tokens=1000, workers=1,
                                encoding=tiny)
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(Error, match="does not exist"):
         tokenize_text.tokenize([tmp_path / "missing.txt"], tmp_path / "o3", "p", workers=1, encoding=tiny)
 
 
@@ -185,7 +181,7 @@ NOT_UTF8 = {  # file name, content after a long first line, extra arguments, col
 
 
 @pytest.mark.parametrize("case", NOT_UTF8)
-def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeypatch, case):
+def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeypatch, capfd, case):
     name, content, args, column = NOT_UTF8[case]
     (tmp_path / "first.txt").write_text("a good file first")
     # a first line longer than the decoder's read buffer, whose error position then counts from a later read
@@ -194,14 +190,14 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeyp
     with pytest.raises(SystemExit) as e:
         tokenize_text.main([str(tmp_path / "first.txt"), str(tmp_path / name), "--out", str(tmp_path / "out"),
                             "--prefix", "p", "--workers", "1", *args])
-    message = str(e.value.code)
-    assert message.startswith(f"tokenize_text.py: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
+    message = capfd.readouterr().err
+    assert e.value.code == 1 and message.count("\n") == 1, message
+    assert message.startswith(f"error: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
                               "convert the file to UTF-8"), message
-    assert "\n" not in message
 
 
 FAILURES = {  # what goes wrong after some shards were written: the error it raises
-    "bad_input": (ValueError, "not UTF-8"),
+    "bad_input": (Error, "not UTF-8"),
     "disk_full": (OSError, "No space left on device"),
 }
 
@@ -218,14 +214,16 @@ def test_failed_tokenize_removes_only_what_it_created(tmp_path, tiny, monkeypatc
         for name in others:
             (out / name).write_bytes(b"not this run's")
     written = []
+    atomic_write = data.shards.atomic_write
 
-    def write_shard_until_disk_full(path, tokens):
+    def atomic_write_until_disk_full(path, write):
         written.append(path)
-        if failure == "disk_full" and len(written) == 3:  # stopped midway, as write_shard leaves it
-            path.with_name(path.name + ".tmp").write_bytes(b"partial")
+
+        def write_until_full(f):  # the third shard's write stops midway, as a full disk stops it
+            f.write(b"partial")
             raise OSError(28, "No space left on device")
-        write_shard(path, tokens)
-    monkeypatch.setattr(tokenize_text, "write_shard", write_shard_until_disk_full)
+        atomic_write(path, write_until_full if failure == "disk_full" and len(written) == 3 else write)
+    monkeypatch.setattr(data.shards, "atomic_write", atomic_write_until_disk_full)
     error, words = FAILURES[failure]
     with pytest.raises(error, match=words):
         tokenize_text.tokenize([tmp_path / "docs.txt", tmp_path / "more.txt"], out, "p", shard_tokens=16,
@@ -238,6 +236,57 @@ def test_failed_tokenize_removes_only_what_it_created(tmp_path, tiny, monkeypatc
         assert tmp_path.exists()
 
 
+LONG_DOCS = [("ab " * 200).strip(), "short", "x" * 130, "y" * 127]  # tiny's tokens are bytes: 600, 5, 130, 127
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "txt_files", "txt_lines"])
+def test_max_doc_tokens_splits_long_documents_in_every_format(tmp_path, tiny, layout):
+    """Pieces of at most N tokens, separator included, each starting with the separator, whose text joins up to the
+    document; shorter documents unchanged, and without the option nothing is split."""
+    src = tmp_path / "src"
+    src.mkdir()
+    if layout == "jsonl":
+        (src / "c.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in LONG_DOCS))
+    elif layout == "txt_files":
+        for i, d in enumerate(LONG_DOCS):
+            (src / f"{i}.txt").write_text(d)
+    else:
+        (src / "lines.txt").write_text("".join(d + "\n" for d in LONG_DOCS))
+    args = dict(shard_tokens=50, workers=1, chunksize=1, encoding=tiny, line_docs=layout == "txt_lines")
+    whole = tokenize_text.tokenize([src], tmp_path / "whole", "w", **args)
+    assert split_documents(shard_tokens(whole), tiny) == LONG_DOCS
+    split = tokenize_text.tokenize([src], tmp_path / "split", "s", max_doc_tokens=128, **args)
+    tokens = shard_tokens(split)
+    starts = np.flatnonzero(tokens == tiny.eot_token)
+    assert np.diff(np.append(starts, len(tokens))).max() == 128, "every document fits the cut"
+    docs = split_documents(tokens, tiny)
+    assert len(docs) == 5 + 2 + 1 + 1 and docs[5:] == ["short", "x" * 127, "xxx", "y" * 127]
+    assert "".join(docs[:5]) == LONG_DOCS[0]
+
+
+def test_long_documents_warn_with_the_option_to_use(tmp_path, tiny, monkeypatch, capfd):
+    """Mostly text past a CPU run's 128-token cut: a warning naming --max_doc_tokens 128; none with the option or
+    with short documents."""
+    monkeypatch.setattr(tokenize_text, "load_gpt2", lambda: tiny)
+    (tmp_path / "long.jsonl").write_text("".join(json.dumps({"text": "z" * 1000}) + "\n" for _ in range(8)))
+    (tmp_path / "short.jsonl").write_text("".join(json.dumps({"text": "z" * 100}) + "\n" for _ in range(8)))
+
+    def warnings(*args):
+        tokenize_text.main([*map(str, args), "--prefix", f"p{len(list(tmp_path.iterdir()))}", "--workers", "1"])
+        return [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning:")]
+    [warning] = warnings(tmp_path / "long.jsonl", "--out", tmp_path / "a")
+    assert "8 of the 8 documents are longer than 128 tokens" in warning and "87% of the tokens" in warning
+    assert "--max_doc_tokens 128" in warning
+    assert warnings(tmp_path / "long.jsonl", "--out", tmp_path / "b", "--max_doc_tokens", "128") == []
+    assert warnings(tmp_path / "short.jsonl", "--out", tmp_path / "c") == []
+
+
+def test_cpu_cut_is_run_shs():
+    """The warning's cut is the longest of the CPU run's --stage_seq_lens in run.sh."""
+    seq_lens = re.search(r"--stage_seq_lens '\(([\d, ]+)\)'", (REPO / "run.sh").read_text())[1]
+    assert max(map(int, seq_lens.split(","))) == tokenize_text.CPU_SEQ_LEN
+
+
 def test_gpt2_unavailable_is_one_line_with_the_fix(tmp_path, monkeypatch, capfd):
     """Offline with no cached BPE files: a one-line error naming TIKTOKEN_CACHE_DIR, and no output folder."""
     def no_network(url):
@@ -248,12 +297,13 @@ def test_gpt2_unavailable_is_one_line_with_the_fix(tmp_path, monkeypatch, capfd)
     (tmp_path / "d.txt").write_text("doc")
     with pytest.raises(SystemExit) as e:
         tokenize_text.main([str(tmp_path / "d.txt"), "--out", str(tmp_path / "out"), "--prefix", "p"])
-    message = str(e.value.code)
-    assert message == ("tokenize_text.py: cannot load tiktoken's gpt2 encoding: its BPE files are not in "
-                       f"TIKTOKEN_CACHE_DIR ({tmp_path / 'empty_cache'}) and downloading them failed "
-                       "(ConnectionError); set TIKTOKEN_CACHE_DIR to a folder holding the GPT-2 BPE files, "
-                       "or run once with network access to cache them")
-    assert capfd.readouterr().err == "" and not (tmp_path / "out").exists()
+    assert e.value.code == 1
+    assert capfd.readouterr().err == (
+        "error: cannot load tiktoken's gpt2 encoding: its BPE files are not in "
+        f"TIKTOKEN_CACHE_DIR ({tmp_path / 'empty_cache'}) and downloading them failed "
+        "(ConnectionError); set TIKTOKEN_CACHE_DIR to a folder holding the GPT-2 BPE files, "
+        "or run once with network access to cache them\n")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.fixture
@@ -332,7 +382,7 @@ def test_synthetic_keeps_valid_files_unless_forced(tmp_path):
 
 def test_synthetic_refuses_stale_extra_shards(tmp_path):
     synthetic.generate(tmp_path, **SMALL)
-    with pytest.raises(FileExistsError, match="synthetic_train_000002.bin"):
+    with pytest.raises(Error, match="synthetic_train_000002.bin"):
         synthetic.generate(tmp_path, **{**SMALL, "train_shards": 2})
 
 
@@ -383,13 +433,14 @@ def test_download_failure_is_one_line_with_what_to_do(tmp_path, monkeypatch, cap
     monkeypatch.setattr(download, "hf_hub_download", fake_hub(calls, "fineweb_train_000002.bin", error))
     with pytest.raises(SystemExit) as e:
         download.main(["3", "--out", str(tmp_path)])
-    message = str(e.value.code)  # a string code: printed to stderr, exit status 1
-    assert message.startswith("download.py: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
+    message = capfd.readouterr().err
+    assert e.value.code == 1 and message.count("\n") == 1, message
+    assert message.startswith("error: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
                               f"kjj0/fineweb10B-gpt2: {problem} Rerun with network access"), message
     copy_by_hand = f"copy fineweb_val_000000.bin and the train shards up to fineweb_train_000003.bin into {tmp_path}/"
     assert copy_by_hand in message
-    assert "--train_files/--val_files" in message and "\n" not in message and "file(s)" not in message
-    assert not caplog.records and "Retrying" not in capfd.readouterr().err, "the hub client's warnings are hidden"
+    assert "--train_files/--val_files" in message and "file(s)" not in message
+    assert not caplog.records and "Retrying" not in message, "the hub client's warnings are hidden"
     assert logging.getLogger("huggingface_hub").level == logging.WARNING, "and shown again afterwards"
     assert calls == ["fineweb_val_000000.bin", "fineweb_train_000001.bin", "fineweb_train_000002.bin"]
     assert (tmp_path / "fineweb_train_000001.bin").exists()  # what arrived is kept for the retry

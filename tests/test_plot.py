@@ -118,4 +118,4 @@ def test_cli_without_matplotlib(logs, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     result = run_cli(logs[0], "--out", tmp_path / "plot.png", env=env)
     assert result.returncode != 0
-    assert result.stderr.strip() == "tools/plot.py needs matplotlib: python3 -m pip install matplotlib"
+    assert result.stderr == "error: tools/plot.py needs matplotlib: python3 -m pip install matplotlib\n"

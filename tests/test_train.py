@@ -716,7 +716,7 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
                {"cat": "user_annotation", "name": "optimizer_step", "ts": 500, "dur": 120}]
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": events}))
-    trace_summary.main(str(path), steps=1)
+    trace_summary.summarize(str(path), steps=1)
     out = capsys.readouterr().out
     assert "GPU busy 0.4 ms/step, idle inside the window 0.1 ms/step" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out

@@ -10,7 +10,6 @@ data: estimated here for uniform hashing of 2 x the stage's micro-batch tokens i
 real text repeats bigrams). Wire bytes are what each rank sends (ring collectives: (W-1)/W of the tensor per
 pass). Not listed: one 8-byte all-reduce per guard check (every --guard_every steps) and at validations.
 """
-import argparse
 import json
 import math
 import sys
@@ -18,8 +17,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 import train_gpt as tg  # noqa: E402
+from data.shards import atomic_write  # noqa: E402
+from tools import cli  # noqa: E402
 
 STEP_KINDS = {"normuon": (False, True), "adam_tied": (True, True), "adam_untied": (True, False)}  # (do_adam, tied)
 
@@ -50,11 +51,17 @@ def ledgers(world_size: int) -> dict:
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--world_size", type=int, default=8)
+@cli.program
+def main(argv=None):
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--world_size", type=cli.whole(1), default=8, help="1, 2, 4 or 8 (default: %(default)s)")
     parser.add_argument("--json", help="also write the ledger as JSON (for tools/project_8gpu.py)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if tg.MICRO_BATCHES % args.world_size:
+        raise cli.Error(f"--world_size {args.world_size}: the record's {tg.MICRO_BATCHES} micro-batches per step split "
+                        "over 1, 2, 4 or 8 ranks; choose one of those")
+    if args.json:
+        cli.check_output(args.json)
     table = ledgers(args.world_size)
     print(f"world size {args.world_size}: collectives per optimizer step (MB = 1e6 bytes)")
     for stage, kinds in table.items():
@@ -69,7 +76,8 @@ def main():
             print(f"  {'total':<41} {sum(r['elements'] for r in rows):>12,} "
                   f"{sum(r['tensor_bytes'] for r in rows) / 1e6:>10.2f} {sum(r['wire_bytes'] for r in rows) / 1e6:>9.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(world_size=args.world_size, stages=table), indent=1))
+        text = json.dumps(dict(world_size=args.world_size, stages=table), indent=1)
+        atomic_write(args.json, lambda f: f.write(text.encode()))
 
 
 if __name__ == "__main__":

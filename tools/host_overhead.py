@@ -1,17 +1,21 @@
 """Host (CPU) time per call of the ops a training step launches, with tiny shapes so that the GPU never
 limits: where a host-bound step (stage 1 of the proxy) spends its time. CUDA only.
 
-    PYTHONPATH=. python3 tools/host_overhead.py
+    python3 tools/host_overhead.py
 """
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.nn.attention.varlen import varlen_attn
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-import train_gpt as tg
-from kernels.relu_square import matmul_relu_square_triton
-from kernels.transpose import transpose_copy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+import train_gpt as tg  # noqa: E402
+from kernels.relu_square import matmul_relu_square_triton  # noqa: E402
+from kernels.transpose import transpose_copy  # noqa: E402
+from tools import cli  # noqa: E402
 
 
 @torch.library.custom_op("host_overhead::clone", mutates_args=())
@@ -19,9 +23,11 @@ def clone_op(a: torch.Tensor) -> torch.Tensor:
     return a.clone()
 
 
-def main():
+@cli.program
+def main(argv=None):
+    cli.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("tools/host_overhead.py measures CUDA launches; run it on a GPU machine")
+        raise cli.Error("tools/host_overhead.py measures CUDA launches; run it on a GPU machine")
     T, D, H, V, dev, bf16 = 256, 768, 3072, 50304, "cuda", torch.bfloat16
     x = torch.randn(T, D, device=dev, dtype=bf16)
     w_in, w_out = (0.02 * torch.randn(H, D, device=dev, dtype=bf16) for _ in range(2))

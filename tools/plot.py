@@ -7,13 +7,17 @@ ms/step by stage.
 Reads this project's train_gpt.py logs and the reference (modded-nanogpt) logs. Ours print
 `ms/step by stage`; for a log without it, the stages are recomputed from the per-step train_time lines,
 with the bounds train_gpt.py uses: thirds of the S scheduled steps, then the extension to the last step.
-S comes from the log's `config:` line, else from --scheduled_steps.
+S comes from the log's `config:` line, else from --scheduled_steps. Each run is named by its --run_id (from the
+`config:` line), else by its file name, shortened to 8 characters when it is train_gpt.py's default uuid.
 """
-import argparse
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
+from data.shards import atomic_write  # noqa: E402
+from tools import cli  # noqa: E402
 
 try:
     import matplotlib
@@ -27,7 +31,10 @@ STAGE_NAMES = ("stage 1", "stage 2", "stage 3", "extension")
 VAL_LINE = re.compile(r"^step:(\d+)/(\d+) val_loss:(\S+) train_time:(\d+)ms")
 STEP_LINE = re.compile(r"^step:(\d+)/(\d+)(?: train_loss:(\S+) grad_norm:\S+)? train_time:(\d+)ms")
 STAGE_LINE = re.compile(r"^ms/step by stage: (.*)$")
+STAGE_ITEM = re.compile(r"\d+:(\S+)")
 SCHEDULED = re.compile(r"^config: .*\bnum_scheduled_steps=(\d+)")
+RUN_ID = re.compile(r"^config: .*\brun_id='([^']*)'")
+UUID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")  # train_gpt.py's run_id when none is given
 
 
 @dataclass
@@ -35,39 +42,75 @@ class Run:
     val: list[tuple[int, float, float]]  # (step, train time in s, val loss), one per validation line
     train: list[tuple[float, float]]  # (train time in s, training loss) of each step line that has one
     stage_ms: list[float]  # ms/step of stage 1, 2, 3 and the extension, as far as the log got
+    run_id: str = ""  # from the config line; "" for a log without one
 
 
 def parse_log(path, scheduled_steps: int | None = None) -> Run:
-    """Read one log. scheduled_steps is needed only for a log with no `ms/step by stage` or `config:` line."""
-    val, train, train_ms, stage_ms, total = [], [], {0: 0.0}, None, 0
-    for line in Path(path).read_text().splitlines():
+    """Read one log. scheduled_steps is needed only for a log with no `ms/step by stage` or `config:` line.
+    Raises cli.Error naming the file and line when the log is malformed or holds nothing to plot."""
+    val, train, train_ms, stage_ms, total, run_id = [], [], {0: 0.0}, None, 0, ""
+    # errors="replace": a stray byte (a log cut mid-character) is no reason to refuse the rest
+    for line_no, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
+        where = f"{path}:{line_no}"
         if m := VAL_LINE.match(line):
-            val.append((int(m[1]), int(m[4]) / 1000, float(m[3])))
+            val.append((int(m[1]), int(m[4]) / 1000, _loss(m[3], where)))
         elif m := STEP_LINE.match(line):
             train_ms[int(m[1])], total = float(m[4]), int(m[2])
             if m[3] is not None:
-                train.append((float(m[4]) / 1000, float(m[3])))
+                train.append((float(m[4]) / 1000, _loss(m[3], where)))
         elif m := STAGE_LINE.match(line):
-            stage_ms = [float(item.split(":")[1]) for item in m[1].split()]
+            items = [STAGE_ITEM.fullmatch(item) for item in m[1].split()]
+            try:
+                if not items or None in items:
+                    raise ValueError(f"{m[1][:60]!r} is not `1:<ms> 2:<ms> ...`")
+                stage_ms = [cli.number(item[1]) for item in items]
+            except ValueError as e:
+                raise cli.Error(f"{where}: ms/step by stage: {e}; is the log cut or edited?") from None
         elif m := SCHEDULED.match(line):
             scheduled_steps = int(m[1])
+            if scheduled_steps < 3:
+                raise cli.Error(f"{where}: num_scheduled_steps={scheduled_steps}, but a run has at least 3 (one per "
+                                "stage); is the log edited?")
+        if m := RUN_ID.match(line):
+            run_id = m[1]
     if not val and total == 0:
-        raise ValueError(f"{path}: no `step:` lines; is it a training log?")
+        raise cli.Error(f"{path}: no `step:` lines; is it a training log?")
     if stage_ms is None:
         if scheduled_steps is None:
-            raise ValueError(f"{path} has no `ms/step by stage` or `config:` line: "
-                             "pass --scheduled_steps S (the steps before the extension)")
-        stage_ms = stages_from_steps(train_ms, scheduled_steps, total)
-    return Run(val, train, stage_ms)
+            raise cli.Error(f"{path} has no `ms/step by stage` or `config:` line: "
+                            "pass --scheduled_steps S (the steps before the extension)")
+        stage_ms = stages_from_steps(train_ms, scheduled_steps, total, path)
+    if not (val or train or stage_ms):
+        raise cli.Error(f"{path}: no validation, training loss or whole stage to plot yet; is the run still starting?")
+    return Run(val, train, stage_ms, run_id)
 
 
-def stages_from_steps(train_ms: dict[int, float], S: int, total: int) -> list[float]:
+def _loss(text: str, where: str) -> float:
+    """A loss as logged: NaN and inf are kept (a run that diverged logs them), anything else not a number is not."""
+    try:
+        return float(text)
+    except ValueError:
+        raise cli.Error(f"{where}: loss {text!r} is not a number; is the log cut or edited?") from None
+
+
+def label(path, run: Run) -> str:
+    """The run's --run_id, else the file name, shortened when it is train_gpt.py's default uuid."""
+    if run.run_id and not UUID.fullmatch(run.run_id):
+        return run.run_id
+    stem = Path(path).stem
+    return stem[:8] if UUID.fullmatch(stem) else stem
+
+
+def stages_from_steps(train_ms: dict[int, float], S: int, total: int, path) -> list[float]:
     """ms/step per stage from train_ms[n], the train time after n steps; stops at the first stage the log lacks."""
     bounds = [0, round(S / 3), round(2 * S / 3), S] + ([total] if total > S else [])
     stage_ms = []
     for lo, hi in zip(bounds, bounds[1:]):
         if hi not in train_ms:  # log cut short (a crash, or a run still going)
             break
+        if train_ms[hi] <= train_ms[lo]:
+            raise cli.Error(f"{path}: train_time does not grow from step {lo} to step {hi}; is it more than one run "
+                            "in one log, or the wrong --scheduled_steps?")
         stage_ms.append((train_ms[hi] - train_ms[lo]) / (hi - lo))
     return stage_ms
 
@@ -96,28 +139,34 @@ def draw(runs: list[Run], labels: list[str], out):
     stage_ax.grid(axis="y", alpha=0.3)
     stage_ax.set_axisbelow(True)  # grid lines behind the bars
     fig.legend(loc="outside lower center", ncols=min(len(runs), 3))
-    fig.savefig(out, dpi=120)
+    try:
+        atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=120))
+    finally:
+        plt.close(fig)
 
 
+@cli.program
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("logs", nargs="+", help="training logs (ours or modded-nanogpt's)")
-    parser.add_argument("--out", required=True, help="PNG file to write")
-    parser.add_argument("--labels", help="comma-separated names, one per log (default: file stems)")
-    parser.add_argument("--scheduled_steps", type=int,
+    parser.add_argument("--out", required=True, help="PNG file to write (its name ends in .png)")
+    parser.add_argument("--labels", help="comma-separated names, one per log (default: each run's --run_id, else its "
+                                         "file name, a uuid shortened to 8 characters)")
+    parser.add_argument("--scheduled_steps", type=cli.whole(3),
                         help="steps before the extension, for logs with no ms/step or config line")
     args = parser.parse_args(argv)
     if plt is None:
-        sys.exit("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
-    labels = args.labels.split(",") if args.labels else [Path(p).stem for p in args.logs]
-    if len(labels) != len(args.logs):
-        sys.exit(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")
-    try:
-        runs = [parse_log(p, args.scheduled_steps) for p in args.logs]
-    except (OSError, ValueError) as e:
-        sys.exit(str(e))
-    draw(runs, labels, args.out)
-    print(f"wrote {args.out}")
+        raise cli.Error("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise cli.Error(f"--out {out}: the plot is a PNG; give a file name ending in .png")
+    cli.check_output(out, args.logs)
+    labels = args.labels.split(",") if args.labels else None
+    if labels and len(labels) != len(args.logs):
+        raise cli.Error(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")
+    runs = [parse_log(p, args.scheduled_steps) for p in args.logs]
+    draw(runs, labels or [label(p, run) for p, run in zip(args.logs, runs)], out)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

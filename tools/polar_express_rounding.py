@@ -15,13 +15,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels.polar_express import NORM_EPS, NORM_SAFETY, orthogonalize_reference, spectral_norm_bound  # noqa: E402
+from tools import cli  # noqa: E402
 
 
 def gradient_like(n: int, rows: int, cols: int) -> torch.Tensor:
     return (torch.randn(n, rows, 16) @ torch.randn(n, 16, cols) + 0.3 * torch.randn(n, rows, cols)) * 1e-3
 
 
-def main():
+@cli.program
+def main(argv=None):
+    cli.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     torch.manual_seed(0)
     for n, rows, cols in [(8, 768, 768), (6, 3072, 768)]:
         g = gradient_like(n, rows, cols).double()

@@ -44,10 +44,15 @@ import math
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.*
+from data.shards import atomic_write  # noqa: E402
+from tools import cli  # noqa: E402
+
 # The record's schedule: three equal stages of 1450 scheduled steps, then 40 extension steps at stage 3's batch.
 STAGE_BOUNDS = (0, 483, 967, 1450, 1490)
 UNTIE_STEP = 967  # the embedding is tied to the LM head before this step
 STAGE_STEPS = tuple(hi - lo for lo, hi in zip(STAGE_BOUNDS, STAGE_BOUNDS[1:]))  # (483, 484, 483, 40)
+STEP_KINDS = ("normuon", "adam_tied", "adam_untied")  # the ledger's kinds of step (tools/comm_ledger.py)
 
 # The reference, modded-nanogpt PR #233 (FlashAttention-3):
 REF_1GPU_MS = (263.0, 462.0, 674.0)  # one H100, 8 micro-batches per step, by stage (shared/BENCHMARK.md)
@@ -177,37 +182,78 @@ def report(r: dict) -> str:
 
 
 def three_floats(text: str) -> tuple:
-    values = tuple(float(v) for v in text.split(","))
+    """An argparse type: ms/step of stages 1-3, finite and > 0."""
+    try:
+        values = tuple(cli.number(v) for v in text.split(","))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (give ms/step of stages 1-3 as a,b,c)") from None
     if len(values) != 3:
         raise argparse.ArgumentTypeError(f"expected 3 comma-separated ms values (stages 1-3), got {text!r}")
     return values
 
 
+def load_ledger(path) -> dict:
+    """The stages of a `tools/comm_ledger.py --world_size 8 --json` file, checked: every stage and kind of step,
+    each sending a finite, positive number of bytes. cli.Error names the file and what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        where = f"{path}:{e.lineno}" if isinstance(e, json.JSONDecodeError) else str(path)
+        raise cli.Error(f"{where}: not JSON ({e}); pass the file `tools/comm_ledger.py --json` writes") from None
+
+    def bad(problem):
+        return cli.Error(f"{path}: {problem}; write it again with tools/comm_ledger.py --world_size 8 --json FILE")
+    if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
+        raise bad("not a ledger (no stages)")
+    if data.get("world_size") != 8:
+        raise bad(f"world size {data.get('world_size')!r}, the projection needs 8")
+    for s in (1, 2, 3):
+        stage = data["stages"].get(f"stage {s}")
+        for kind in STEP_KINDS:
+            rows = stage.get(kind) if isinstance(stage, dict) else None
+            if not isinstance(rows, list):
+                raise bad(f"no list of collectives for stage {s}, {kind} steps")
+            for r in rows:
+                if not isinstance(r, dict) or not isinstance(r.get("op"), str):
+                    raise bad(f"stage {s}, {kind} steps: {str(r)[:60]} is not a collective with an op")
+                try:
+                    cli.number(r.get("elements"), above=False)
+                    cli.number(r.get("wire_bytes"), above=False)
+                except ValueError as e:
+                    raise bad(f"stage {s}, {kind} steps, {r['op']} of {r.get('param')}: elements and wire_bytes "
+                              f"must be numbers >= 0 ({e})") from None
+            if not sum(r["wire_bytes"] for r in rows) > 0:  # the calibration divides by the bytes
+                raise bad(f"stage {s}, {kind} steps send no bytes")
+    return data["stages"]
+
+
+@cli.program
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--project_1gpu", type=three_floats, required=True, help="ms/step by stage, one GPU")
     parser.add_argument("--project_emulated8", type=three_floats, required=True,
                         help="ms/step by stage with --emulate_world_size 8")
     parser.add_argument("--ledger", help="tools/comm_ledger.py --world_size 8 --json output (default: build it)")
-    parser.add_argument("--ref_opt1_ms", type=float, default=DEFAULT_REF_OPT1_MS)
-    parser.add_argument("--ref_opt8_ms", type=float, default=DEFAULT_REF_OPT8_MS)
-    parser.add_argument("--bus_gbps", type=float, default=DEFAULT_BUS_GBPS)
+    parser.add_argument("--ref_opt1_ms", type=cli.finite(above=False), default=DEFAULT_REF_OPT1_MS)
+    parser.add_argument("--ref_opt8_ms", type=cli.finite(above=False), default=DEFAULT_REF_OPT8_MS)
+    parser.add_argument("--bus_gbps", type=cli.finite(), default=DEFAULT_BUS_GBPS)
     parser.add_argument("--json", help="also write the results as JSON")
     args = parser.parse_args(argv)
+    if args.ref_opt1_ms >= min(REF_1GPU_MS):
+        raise cli.Error(f"--ref_opt1_ms {args.ref_opt1_ms:g} must be below the reference's one-GPU step "
+                        f"({min(REF_1GPU_MS):g} ms in stage 1): it is the optimizer's share of that step")
+    if args.json:
+        cli.check_output(args.json, [args.ledger] if args.ledger else [])
     if args.ledger:
-        data = json.loads(Path(args.ledger).read_text())
-        if data["world_size"] != 8:
-            parser.error(f"{args.ledger}: world size {data['world_size']}, need 8")
-        ledger = data["stages"]
+        ledger = load_ledger(args.ledger)
     else:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from comm_ledger import ledgers
+        from tools.comm_ledger import ledgers  # torch and train_gpt.py: only when needed
         ledger = ledgers(8)
     result = project(ledger, args.project_1gpu, args.project_emulated8, args.ref_opt1_ms, args.ref_opt8_ms,
                      args.bus_gbps)
     print(report(result))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        atomic_write(args.json, lambda f: f.write(json.dumps(result, indent=1).encode()))
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ layer), the parameters whose gradients are not, and, for a one-process run, the 
 
     python3 tools/replay.py logs/RUN_capture_rank0.pt [--device cpu|cuda|auto]
 
-Exit status 1 when the failure reproduces, 0 when everything is finite on replay.
+Exit status 1 when the failure reproduces, 0 when everything is finite on replay, 2 with one `error:` line when the
+capture cannot be read or replayed here.
 """
-import argparse
 import dataclasses
 import linecache
 import sys
@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
 from harness.checkpoint import read_file  # noqa: E402
+from tools import cli  # noqa: E402
 
 
 class FirstNaN(TorchDispatchMode):
@@ -74,10 +75,20 @@ def nonfinite(named) -> list[str]:
 
 
 def replay(path: str, device: str) -> int:
-    capture = read_file(path, "capture")  # anything else is refused with one line
-    saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    try:
+        capture = read_file(path, "capture")  # anything else is refused with one line
+    except SystemExit as e:  # status 2 here: 1 means the failure reproduced
+        raise cli.Error(str(e.code).removeprefix("error: ")) from None
+    try:
+        saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+    except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
+        raise cli.Error(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
+                        "version's code (its log holds it)") from None
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
-    rt = tg.setup_runtime(saved)
+    try:
+        rt = tg.setup_runtime(saved)
+    except SystemExit as e:  # its one-line `error:` (--device cuda without a GPU): status 2 here, 1 means reproduced
+        raise cli.Error(str(e.code).removeprefix("error: ")) from None
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     model = tg.build_model(saved, rt)
     model.load_state_dict(capture["model"])
@@ -120,8 +131,9 @@ def replay(path: str, device: str) -> int:
     return 1 if found else 0
 
 
+@cli.program(error_status=2)
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("capture", help="a *_capture_rank<N>.pt file written by train_gpt.py's guard")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     args = parser.parse_args(argv)

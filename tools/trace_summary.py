@@ -1,13 +1,26 @@
 """Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
 (the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled
 window (idle time = the host could not keep up), and the host's time per step (what 8 GPUs, at one
-micro-batch per step, would have to hide under each step's GPU time).
+micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a CPU run's)
+gets the host's time per step by op instead.
 
-    python3 tools/trace_summary.py logs/<run_id>_trace.json STEPS
+    python3 tools/trace_summary.py logs/<run_id>_trace.json [STEPS]
+
+STEPS: the profiled steps (b - a); by default, the trace's own count of them (its ProfilerStep ranges).
+A trace compressed with xz or gzip (.xz, .gz) is read as it is.
 """
 import collections
+import gzip
 import json
+import lzma
+import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
+from tools import cli  # noqa: E402
+
+OPENERS = {".xz": lzma.open, ".gz": gzip.open}
 
 
 def family(name: str) -> str:
@@ -23,47 +36,102 @@ def family(name: str) -> str:
     return name.split("<")[0][:60]  # our Triton kernels and ATen kernels by name
 
 
-def main(path: str, steps: int):
-    events = json.load(open(path))["traceEvents"]
+def load_events(path) -> list[dict]:
+    """The trace's timed events (name, ts, dur), checked; cli.Error names the file and what is wrong."""
+    path = Path(path)
+    try:
+        with OPENERS.get(path.suffix, open)(path, "rt") as f:
+            events = json.load(f)["traceEvents"]
+    except (ValueError, EOFError, lzma.LZMAError, gzip.BadGzipFile, KeyError, TypeError) as e:
+        # ValueError: not JSON or not text; KeyError/TypeError: JSON, but not a trace
+        raise cli.Error(f"{path}: not a Chrome trace with traceEvents ({type(e).__name__}: {str(e)[:80]}); pass the "
+                        "<run_id>_trace.json that train_gpt.py --profile_steps writes") from None
+    if not isinstance(events, list):
+        raise cli.Error(f"{path}: traceEvents is not a list; pass the <run_id>_trace.json of --profile_steps")
+    timed = []
+    for i, e in enumerate(events):
+        if not isinstance(e, dict) or "dur" not in e:
+            continue  # metadata and instant events
+        if not (isinstance(e.get("name"), str) and all(isinstance(e.get(k), (int, float)) and math.isfinite(e[k])
+                                                      for k in ("ts", "dur")) and e["dur"] >= 0):
+            raise cli.Error(f"{path}: event {i} ({str(e)[:60]}) lacks a name or a finite ts and dur >= 0; "
+                            "is the trace cut or edited?")
+        timed.append(e)
+    return timed
+
+
+def summarize(path, steps: int | None = None):
+    events = load_events(path)
+    profiled = sum(e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep") for e in events)
+    if steps is None:
+        steps = profiled
+        if not steps:
+            raise cli.Error(f"{path}: no ProfilerStep ranges to count the steps by; pass STEPS (b - a of "
+                            "--profile_steps a:b)")
+    elif profiled and steps != profiled:
+        raise cli.Error(f"{path} holds {profiled} profiled steps, not {steps}; pass {profiled} or leave STEPS out")
+    per_step = lambda us: us / 1e3 / steps  # noqa: E731
     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     by_name = collections.defaultdict(lambda: [0.0, 0])
     for e in kernels:
         by_name[e["name"]][0] += e["dur"]
         by_name[e["name"]][1] += 1
     busy = sum(t for t, _ in by_name.values())
-    idle, end = 0.0, kernels[0]["ts"]
-    for e in kernels:
-        idle += max(0.0, e["ts"] - end)
-        end = max(end, e["ts"] + e["dur"])
-    per_step = lambda us: us / 1e3 / steps  # noqa: E731
-    print(f"{len(kernels) // steps} kernels/step; GPU busy {per_step(busy):.1f} ms/step, "
-          f"idle inside the window {per_step(idle):.1f} ms/step")
-    families = collections.Counter()
-    for name, (t, _) in by_name.items():
-        families[family(name)] += t
-    print("\nby family:")
-    for fam, t in families.most_common(15):
-        print(f"  {per_step(t):8.2f} ms/step {100 * t / busy:5.1f}%  {fam}")
-    regions = collections.Counter()  # train_gpt.py's record_function ranges, as the GPU ran them
-    for e in events:
-        if e.get("cat") == "gpu_user_annotation":
-            regions[e["name"]] += e["dur"]
-    if regions:
-        print("\nby region (first to last kernel of each range; kernels of other streams may run inside):")
-        for name, t in regions.most_common():
-            print(f"  {per_step(t):8.2f} ms/step  {name}")
+    share = lambda us: 100 * us / busy if busy else 0.0  # noqa: E731
+    if kernels:
+        idle, end = 0.0, kernels[0]["ts"]
+        for e in kernels:
+            idle += max(0.0, e["ts"] - end)
+            end = max(end, e["ts"] + e["dur"])
+        print(f"{len(kernels) // steps} kernels/step; GPU busy {per_step(busy):.1f} ms/step, "
+              f"idle inside the window {per_step(idle):.1f} ms/step")
+        families = collections.Counter()
+        for name, (t, _) in by_name.items():
+            families[family(name)] += t
+        print("\nby family:")
+        for fam, t in families.most_common(15):
+            print(f"  {per_step(t):8.2f} ms/step {share(t):5.1f}%  {fam}")
+        regions = collections.Counter()  # train_gpt.py's record_function ranges, as the GPU ran them
+        for e in events:
+            if e.get("cat") == "gpu_user_annotation":
+                regions[e["name"]] += e["dur"]
+        if regions:
+            print("\nby region (first to last kernel of each range; kernels of other streams may run inside):")
+            for name, t in regions.most_common():
+                print(f"  {per_step(t):8.2f} ms/step  {name}")
+    else:  # a CPU run's trace: the host's ops are all there is
+        ops = collections.Counter()
+        for e in events:
+            if e.get("cat") == "cpu_op":
+                ops[e["name"]] += e["dur"]
+        if not ops:
+            raise cli.Error(f"{path}: no GPU kernels and no CPU ops in the trace, nothing to summarize; profile "
+                            "steps that run (--profile_steps a:b)")
+        print("no GPU kernels in the trace (a CPU run's): host time per step by op, inclusive (an op's time holds "
+              "the ops it calls)")
+        for name, t in ops.most_common(30):
+            print(f"  {per_step(t):8.2f} ms/step  {name[:100]}")
     host = collections.Counter()  # the same ranges as the host ran them (Python, launches, graph replays)
     for e in events:
         if e.get("cat") == "user_annotation":
             host["step" if e["name"].startswith("ProfilerStep") else e["name"]] += e["dur"]
     if host:
         print("\nhost time per step: " + ", ".join(f"{name} {per_step(t):.2f} ms" for name, t in host.most_common()))
-    print("\ntop kernels:")
-    for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]:
-        print(f"  {per_step(t):8.2f} ms/step {100 * t / busy:5.1f}%  x{n // steps:<5d} {name[:100]}")
+    if kernels:
+        print("\ntop kernels:")
+        for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:30]:
+            print(f"  {per_step(t):8.2f} ms/step {share(t):5.1f}%  x{n // steps:<5d} {name[:100]}")
+
+
+@cli.program
+def main(argv=None):
+    parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("trace", help="<log_dir>/<run_id>_trace.json, written by train_gpt.py --profile_steps a:b")
+    parser.add_argument("steps", nargs="?", type=cli.whole(1),
+                        help="the profiled steps, b - a (default: the trace's count of them)")
+    args = parser.parse_args(argv)
+    summarize(args.trace, args.steps)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit(__doc__)
-    main(sys.argv[1], int(sys.argv[2]))
+    main()

@@ -1,0 +1,143 @@
+"""The one convention of the data/ and tools/ programs for bad input and faults.
+
+A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
+the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
+Ctrl-C ends with one line and status 130, after the program's clean-up. Never a traceback: those are for bugs.
+Standard library only, so that the data tools use it without torch.
+"""
+import argparse
+import errno
+import functools
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+class Error(Exception):
+    """A problem the user can fix: its message says what, where (file:line) and how, on one line."""
+
+
+# what to do about an OSError, by its errno (the path and the system's words come first)
+_OS_FIXES = {
+    errno.ENOSPC: "free space on that disk or write elsewhere",
+    errno.EDQUOT: "free space within your quota or write elsewhere",
+    errno.EROFS: "that file system is read-only: write elsewhere",
+    errno.EACCES: "give yourself permission there or write elsewhere",
+    errno.EPERM: "give yourself permission there or write elsewhere",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: choose another path",
+    errno.ENAMETOOLONG: "choose a shorter name",
+    errno.ENOENT: "check the path (does its folder exist?)",
+    errno.EISDIR: "it is a folder: name a file, or move the folder away",
+    errno.EEXIST: "move that file away or choose another path",
+}
+
+
+def describe_os_error(e: OSError) -> str:
+    """`path: the system's words; the fix` on one line."""
+    if e.errno is None:  # raised with a message of its own
+        return " ".join(str(e).split())
+    where = f"{e.filename}: " if e.filename is not None else ""
+    return f"{where}{e.strerror}; {_OS_FIXES.get(e.errno, 'check the path and the disk')}"
+
+
+def fail(message: str, status: int = 1):
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(status)
+
+
+def program(main=None, *, error_status: int = 1):
+    """Decorate main(argv): an Error or OSError becomes the one `error:` line and exit status `error_status`;
+    Ctrl-C (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
+    if main is None:
+        return functools.partial(program, error_status=error_status)
+
+    @functools.wraps(main)
+    def run(argv=None):
+        try:
+            return main(argv)
+        except Error as e:
+            fail(str(e), error_status)
+        except BrokenPipeError:  # the reader of our output left (`| head`): nothing to say, to no one
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
+            raise SystemExit(141) from None
+        except OSError as e:
+            fail(describe_os_error(e), error_status)
+        except KeyboardInterrupt as e:
+            print(f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
+    return run
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are the one `error:` line (argparse's own prints the usage first), and which takes no
+    abbreviated option: a typo (--line_doc) is refused, not read as the option it starts."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def error(self, message):
+        fail(f"{message} ({self.prog} --help lists the options)", status=2)
+
+
+def whole(low: int, high: int | None = None):
+    """An argparse type: an int in low..high (no upper bound when high is None)."""
+    want = f"a whole number >= {low:,}" if high is None else f"a whole number in {low:,}..{high:,}"
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {want}")
+        return value
+    return parse
+
+
+def number(text, low: float = 0.0, above: bool = True) -> float:
+    """text (or a number) as a finite float > low (>= low when not above); a ValueError saying what was expected
+    otherwise (NaN, inf, zero or negative timings and sizes make no sense)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int too large for a float
+        value = math.nan
+    if not (math.isfinite(value) and (value > low if above else value >= low)):
+        raise ValueError(f"{text!r} is not a finite number {'>' if above else '>='} {low:g}")
+    return value
+
+
+def finite(low: float = 0.0, *, above: bool = True):
+    """number() as an argparse type."""
+    def parse(text: str) -> float:
+        try:
+            return number(text, low, above)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return parse
+
+
+def check_writable(folder: Path):
+    """Fail now, not after the long work, when nothing can be created in `folder` (which exists)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, str(folder)) from None
+
+
+def check_output(path, inputs=()) -> Path:
+    """Before the work: the file `path` can be created or replaced (its folder exists and takes files) and is none
+    of the `inputs`, which are never overwritten."""
+    path = Path(path)
+    for name in inputs:
+        try:
+            if path.samefile(name):
+                raise Error(f"{path} is the input {name}; name a new file for the output")
+        except FileNotFoundError:  # either one: not the same file
+            pass
+    if path.is_dir():
+        raise Error(f"{path} is a folder; name a file in it")
+    check_writable(path.parent)
+    return path

@@ -3,26 +3,24 @@ good file kept."""
 import os
 import tempfile
 
+from data.shards import atomic_write
+
 
 class WriteError(OSError):
     """A file of the run could not be written; the message names the path and the cause."""
 
 
 def write_atomically(path: str, data) -> None:
-    """Write bytes to a temporary name beside `path`, then rename it over `path`: a reader never sees a half-written
-    file, and a failed write (disk full, read-only folder) leaves the previous file as it was."""
-    tmp = f"{path}.tmp"
+    """Write bytes through data/shards.atomic_write (a hidden temporary file renamed over `path`: a reader never sees
+    a half-written file, and a failed write leaves the previous one as it was), synced to the disk before the
+    rename, so that a crash right after cannot leave an empty checkpoint either."""
+    def write(f):
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, write)
     except OSError as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
 
 

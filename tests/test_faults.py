@@ -310,3 +310,18 @@ def test_nccl_rank_killed_mid_step_makes_the_other_exit_with_one_line(tmp_path, 
     (tmp_path / "kill_console.txt").write_text(err)
     assert ranks[0].returncode != 0 and time.time() - killed < 70, err[-3000:]
     one_error_line(err, "rank 0")
+
+
+@pytest.mark.parametrize("pattern, hint", [
+    ("data/fineweb10B/fineweb_train_*.bin", "download them with `python3 data/download.py`"),
+    ("{tmp}/nowhere/mine_train_*.bin", "the folder '{tmp}/nowhere' does not exist"),
+    ("{tmp}/mine_train_*.bin", "check the file names and the glob's quotes"),
+])
+def test_no_shards_hint_fits_the_case(tmp_path, pattern, hint):
+    """The download hint only for the FineWeb default: a custom glob that matches nothing gets a hint about it."""
+    from data.shards import DataError, find_shards
+    if "fineweb10B" in pattern and list(Path(REPO, "data", "fineweb10B").glob("fineweb_train_*.bin")):
+        pytest.skip("FineWeb shards are present here")
+    with pytest.raises(DataError) as e:
+        find_shards(pattern.format(tmp=tmp_path), "train")
+    assert hint.format(tmp=tmp_path) in str(e.value) and ("download" in str(e.value)) == ("fineweb10B" in pattern)

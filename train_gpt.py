@@ -18,7 +18,6 @@ import re
 import sys
 import threading
 import time
-import uuid
 
 PROCESS_START = time.time()  # for the startup-time report
 from dataclasses import dataclass
@@ -192,10 +191,7 @@ def validate(hp: Hyperparameters):
 
 def check_files(hp: Hyperparameters):
     """--check: the data globs match shard files (their contents are checked when a run starts)."""
-    try:
-        find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
-    except DataError as e:
-        raise SystemExit(f"error: {e}") from None
+    find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
 
 
 if __name__ == "__main__":  # --help, --check and setting errors answer at once, before the heavy imports below
@@ -209,10 +205,10 @@ from torch import Tensor, nn  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
-from harness.files import WriteError, check_writable  # noqa: E402
+from harness.files import WriteError  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch  # noqa: E402
 from harness.launch import form_group, peer_failure, read_launch  # noqa: E402
-from harness.log import Logger  # noqa: E402
+from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
@@ -1639,10 +1635,6 @@ class Trainer:
 def main(argv: list[str] | None = None) -> int:
     hp, given = parse_args(sys.argv[1:] if argv is None else argv, Hyperparameters, validate, check_files)
     configure_torch()
-    log_of = lambda run_id: Path(hp.log_dir) / f"{run_id}.txt"  # noqa: E731
-    if hp.run_id and not hp.resume and not hp.overwrite and log_of(hp.run_id).exists():
-        raise SystemExit(f"error: --run_id {hp.run_id!r} is taken: {log_of(hp.run_id)} exists; choose another "
-                         "--run_id, or pass --overwrite True to replace that run's files")
     rt = setup_runtime(hp)
     stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
     if threading.current_thread() is threading.main_thread():
@@ -1652,20 +1644,13 @@ def main(argv: list[str] | None = None) -> int:
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
                                          lambda saved: weight_shapes(saved, rt))
-        check_writable(hp.log_dir, "--log_dir")
+        check_log_place(hp)
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if resume and resume["data"] != data.fingerprint:
             raise SystemExit(f"error: the shards are not those the checkpoint was cut from (names, sizes or tokens "
                              f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
-        if not hp.run_id:
-            box = [str(uuid.uuid4())]
-            if rt.distributed:
-                dist.broadcast_object_list(box, 0)
-            hp.run_id = box[0]
-        log = Logger(hp.log_dir, hp.run_id, rt.is_master, fresh=resume is None)
-        log(f"log: {log.path}" + (f" (resuming {hp.resume})" if resume else ""))
-        log.record_environment(hp)
+        log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
         try:
             log(data.report)
             trainer = Trainer(hp, rt, schedule, data, log, stop)

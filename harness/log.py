@@ -4,11 +4,13 @@ import dataclasses
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
-from harness.files import WriteError
+from harness.files import WriteError, check_writable
 
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
@@ -54,3 +56,27 @@ class Logger:
             smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
             self(smi.stdout or smi.stderr, console=False)
         self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items()))
+
+
+def check_log_place(settings):
+    """Before the start-up: --log_dir can hold the run's files, and --run_id names no other run's log (a resumed run
+    appends to its own; --overwrite replaces another's)."""
+    check_writable(settings.log_dir, "--log_dir")
+    taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
+    if settings.run_id and not settings.resume and not settings.overwrite and taken.exists():
+        raise SystemExit(f"error: --run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
+                         "pass --overwrite True to replace that run's files")
+
+
+def open_log(settings, is_master: bool, distributed: bool, resuming: bool) -> Logger:
+    """The run's log, once nothing can refuse the run any more: a fresh run id (agreed over ranks) when none was
+    given, then its first lines: where it is, the code, versions and settings."""
+    if not settings.run_id:
+        box = [str(uuid.uuid4())]
+        if distributed:
+            dist.broadcast_object_list(box, 0)
+        settings.run_id = box[0]
+    log = Logger(settings.log_dir, settings.run_id, is_master, fresh=not resuming)
+    log(f"log: {log.path}" + (f" (resuming {settings.resume})" if resuming else ""))
+    log.record_environment(settings)
+    return log

@@ -41,8 +41,8 @@ def parse_value(name: str, text: str, default):
 def parse_args(argv: list[str], cls, validate, check=None):
     """An instance of the dataclass `cls` with argv's overrides, checked by validate(instance) (which exits with a
     one-line error), and the names argv set (a setting given equal to its default is still given). --help/-h prints
-    every setting; --check validates, runs check(instance) (e.g. that the data files exist) and exits: both exit
-    here."""
+    every setting; --check validates, runs check(instance) (e.g. that the data files exist; it raises on a problem)
+    and exits: both exit here."""
     if {"--help", "-h"} & set(argv):
         print(setting_help(cls))
         raise SystemExit(0)
@@ -70,8 +70,11 @@ def parse_args(argv: list[str], cls, validate, check=None):
         given.add(name)
     validate(args)
     if check_only:
-        if check is not None:
-            check(args)
+        try:
+            if check is not None:
+                check(args)
+        except (OSError, ValueError, RuntimeError) as e:  # what the check found, as a one-line error
+            raise SystemExit(f"error: {e}") from None
         print("settings OK")
         raise SystemExit(0)
     return args, given

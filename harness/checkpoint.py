@@ -47,8 +47,15 @@ def read_file(path: str, kind: str) -> dict:
     """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a one-line SystemExit saying why not.
     weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
     try:
+        with open(path, "rb") as f:
+            ours = zipfile.is_zipfile(f)  # torch.save writes a zip archive; anything else is not ours
+        if not ours:
+            raise SystemExit(f"error: {path} is not a readable {kind} of train_gpt.py (not a file torch.save wrote)")
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+    except pickle.UnpicklingError:
+        raise SystemExit(f"error: {path} is not a {kind} of train_gpt.py: it holds objects other than tensors "
+                         "and plain containers, which are not loaded") from None
+    except (OSError, EOFError, RuntimeError, zipfile.BadZipFile) as e:
         raise SystemExit(f"error: {path} is not a readable {kind} of train_gpt.py "
                          f"({(str(e).splitlines() or [type(e).__name__])[0]})") from None
     found = obj.get("kind") if isinstance(obj, dict) else None

@@ -397,10 +397,11 @@ def test_gpu_only_and_fixed_programs_refuse_arguments(tmp_path, capfd):
 
 
 @pytest.mark.parametrize("content, words", [
-    (None, ["none.pt: No such file or directory"]),
-    (b"not a checkpoint", ["is not a capture written by train_gpt.py"]),
-    ({"config": {}}, ["is not a capture", "lacks batches"]),
-], ids=["missing", "garbage", "other_pt"])
+    (None, ["none.pt is not a readable capture of train_gpt.py", "No such file or directory"]),
+    (b"not a checkpoint", ["is not a readable capture of train_gpt.py (not a file torch.save wrote)"]),
+    ({"config": {}}, ["is not a file train_gpt.py wrote, not a capture"]),
+    ({"kind": "checkpoint", "format": 1}, ["is a checkpoint, not a capture"]),
+], ids=["missing", "garbage", "other_pt", "checkpoint"])
 def test_replay_refuses_with_status_2(tmp_path, capfd, monkeypatch, content, words):
     """Status 2: status 1 means the failure reproduced."""
     monkeypatch.setattr(torch._dynamo.config, "specialize_float", torch._dynamo.config.specialize_float)  # restored

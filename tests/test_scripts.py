@@ -135,16 +135,22 @@ def test_run_sh_stops_at_a_failed_check(repo_copy, shim):
     assert "torchrun" not in proc.stdout and not (repo_copy / "data" / "synthetic").exists()
 
 
-def test_run_sh_with_real_train_gpt_check(shim):
-    """The real --check: a typo is one line in seconds; own shards with the CPU flags pass (files not read)."""
+def test_run_sh_with_real_train_gpt_check(shim, tmp_path):
+    """The real --check: a typo or missing shards are one line in seconds; own shards with the CPU flags pass."""
     proc, seconds = run(["./run.sh", "--val_evry", "5"], REPO, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode != 0 and "torchrun" not in proc.stdout
     assert proc.stderr.strip().splitlines() == ["error: unknown setting --val_evry (--help lists the settings)"]
     assert seconds < 30
-    proc, _ = run(["./run.sh", "--train_files", "nowhere/x_*.bin", "--val_files", "nowhere/v_*.bin"], REPO, shim,
-                  RUN_SH_DRY_RUN="1")
+    own = ["--train_files", f"{tmp_path}/synthetic_train_*.bin", "--val_files", f"{tmp_path}/synthetic_val_*.bin"]
+    proc, _ = run(["./run.sh", *own], REPO, shim, RUN_SH_DRY_RUN="1")
+    assert proc.returncode != 0 and "torchrun" not in proc.stdout
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"error: no train shards match '{own[1]}'"), proc.stderr
+    subprocess.run([sys.executable, "data/synthetic.py", "--out", str(tmp_path)], cwd=REPO, check=True,
+                   capture_output=True)
+    proc, _ = run(["./run.sh", *own, "--vocab_size", "256", "--bos_id", "255"], REPO, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "--vocab_size" not in launched(proc.stdout)
+    assert "tiny CPU model on your shards" in proc.stdout and "synthetic data" not in proc.stdout
 
 
 def test_markdown_links_in_readme_and_records_resolve():

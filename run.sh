@@ -5,9 +5,9 @@
 #   ./run.sh                      # record run / CPU demo
 #   ./run.sh --val_every 100      # same, with a changed setting
 #   ./run.sh --help               # every setting
-# Steps: tools/install.sh (installs what is missing), `train_gpt.py ... --check` (the settings, in
-# seconds; stops here with its one-line error), the data (FineWeb download / synthetic shards; none
-# with --train_files), then torchrun.
+# Steps: tools/install.sh (installs what is unmet; its interpreter, python3 or .venv/bin/python, runs every later
+# step), `train_gpt.py ... --check` (the settings, in seconds; stops here with its one-line error), the data
+# (FineWeb download / synthetic shards; none with --train_files), then torchrun.
 # RUN_SH_DRY_RUN=1: all steps but the last; the torchrun command is printed, not run.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -37,18 +37,19 @@ launch() {
     exec "$@"
 }
 
-tools/install.sh
-
-for arg in "$@"; do
+for arg in "$@"; do  # train_gpt.py --help needs no package: it answers before any install
     if [[ $arg == -h || $arg == --help ]]; then exec python3 train_gpt.py --help; fi
 done
+
+PY=$(tools/install.sh --print-python)
+
 OWN_DATA=0  # train/val files given: no FineWeb download, no synthetic shards
 for arg in "$@"; do
     case $arg in --train_files|--train_files=*|--val_files|--val_files=*) OWN_DATA=1 ;; esac
 done
 
 # torch counts the GPUs it can use (honours CUDA_VISIBLE_DEVICES; 0 with a CPU-only build).
-NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
 if (( NGPU > 0 )); then
     ALL_ARGS=("$@")
 elif (( OWN_DATA )); then
@@ -58,21 +59,21 @@ else
 fi
 
 # The settings, before any download or torchrun: a mistake costs seconds and one line.
-python3 train_gpt.py "${ALL_ARGS[@]}" --check || exit $?
+"$PY" train_gpt.py "${ALL_ARGS[@]}" --check || exit $?
 
 if (( NGPU > 0 )); then
     if (( ! OWN_DATA )); then
         echo "run.sh: $NGPU GPU(s); checking the FineWeb shards in data/fineweb10B/ (downloads any missing)"
-        python3 data/download.py
+        "$PY" data/download.py
     else
         echo "run.sh: $NGPU GPU(s) on your shards"
     fi
-    launch torchrun --standalone --nproc_per_node="$NGPU" train_gpt.py "${ALL_ARGS[@]}"
+    launch "$PY" -m torch.distributed.run --standalone --nproc_per_node="$NGPU" train_gpt.py "${ALL_ARGS[@]}"
 elif (( OWN_DATA )); then
     echo "run.sh: no GPU; tiny CPU model on your shards (GPT-2 vocabulary unless --vocab_size/--bos_id are given)"
-    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
+    launch "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
 else
     echo "run.sh: no GPU; tiny CPU demo on synthetic data in data/synthetic/"
-    python3 data/synthetic.py
-    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
+    "$PY" data/synthetic.py
+    launch "$PY" -m torch.distributed.run --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
 fi

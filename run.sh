@@ -27,11 +27,23 @@ SYNTHETIC_FLAGS=(
     --vocab_size 256 --bos_id 255
 )
 
-# Print the command (arguments with spaces or wildcards in single quotes, so it can be pasted),
-# then replace this shell with it (with RUN_SH_DRY_RUN=1: only print it).
+# One shell word for $1: as is when plain, else in single quotes (a quote inside as '\''), or with printf %q
+# where it holds a control character: the printed command, pasted, runs exactly these arguments and nothing else.
+quote() {
+    if [[ $1 =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then
+        printf '%s' "$1"
+    elif [[ $1 == *[[:cntrl:]]* ]]; then
+        printf '%q' "$1"
+    else
+        local q="'\\''"
+        printf "'%s'" "${1//\'/$q}"
+    fi
+}
+
+# Print the command so it can be pasted, then replace this shell with it (with RUN_SH_DRY_RUN=1: only print it).
 launch() {
     local shown=() arg
-    for arg in "$@"; do [[ $arg =~ ^[A-Za-z0-9_./=:,+-]+$ ]] && shown+=("$arg") || shown+=("'$arg'"); done
+    for arg in "$@"; do shown+=("$(quote "$arg")"); done
     echo "run.sh: ${shown[*]}"
     if [[ ${RUN_SH_DRY_RUN:-0} != 0 ]]; then echo "run.sh: dry run (RUN_SH_DRY_RUN=1): not started"; exit 0; fi
     exec "$@"

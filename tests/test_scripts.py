@@ -348,6 +348,22 @@ def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
     assert "--vocab_size 256 --bos_id 255" in line and "--train_files data/synthetic/synthetic_train_*.bin" in line
     assert json.loads((repo_copy / "check_args.json").read_text()) == train_args(argv) + ["--check"]
 
+def test_run_sh_printed_command_pastes_back_to_the_same_arguments(repo_copy, shim, tmp_path):
+    """Quotes, $(...), backquotes, a newline, an empty argument: pasted, the line gives back exactly the arguments
+    and runs nothing."""
+    tricky = ["--run_id", "it's $(touch pwned) `touch pwned2` \"q\" \\ *", "--note", "two\nlines\t", "--empty", "",
+              "--glob", "data/x_*.bin"]
+    proc, _ = run(["./run.sh", *tricky], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("run.sh: ") and "train_gpt.py" in x)
+    paste = tmp_path / "paste"
+    paste.mkdir()
+    argv = shell_words(line.removeprefix("run.sh: "), cwd=paste)
+    assert argv[-len(tricky):] == tricky
+    assert train_args(argv) + ["--check"] == json.loads((repo_copy / "check_args.json").read_text())
+    assert list(paste.iterdir()) == [] and not list(repo_copy.glob("pwned*"))
+
 
 @pytest.mark.parametrize("data_flags", [
     ["--train_files", "mine/a_train_*.bin", "--val_files", "mine/a_val_*.bin"],

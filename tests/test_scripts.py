@@ -88,12 +88,17 @@ def errors(stderr):
     return [line for line in stderr.splitlines() if not line.startswith("tools/install.sh: all requirements met (")]
 
 
-def run(cmd, cwd, shim, timeout=120, **env):
+def stub_env(shim, **env):
+    """The environment of a script under test: the stubs first on PATH, no active environment, no GPU."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH")}
     full_env.update({"PATH": f"{shim}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "", "STUB_LOG": str(shim / "log"),
                      "TORCH_CPU_INDEX": "http://127.0.0.1:9/whl/cpu", "no_proxy": "*", **env})
+    return full_env
+
+
+def run(cmd, cwd, shim, timeout=120, **env):
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=stub_env(shim, **env), capture_output=True, text=True, timeout=timeout)
     return proc, time.monotonic() - start
 
 
@@ -168,6 +173,7 @@ def add_requirement(root, line):
 
 
 # tools/install.sh
+
 
 def test_install_all_met_is_quick_and_calls_no_pip(repo_copy, shim):
     proc, seconds = run(["tools/install.sh"], repo_copy, shim)
@@ -315,6 +321,7 @@ def test_install_refuses_a_specifier_it_does_not_check(checker, line):
 
 # run.sh
 
+
 def launched(out):
     """The training command run.sh printed (its dry run starts nothing), as the shell reads it back."""
     lines = [line for line in out.splitlines() if line.startswith("run.sh: ") and "train_gpt.py" in line]
@@ -342,11 +349,12 @@ def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
     assert "no GPU; tiny CPU demo on synthetic data in data/synthetic/" in out
     assert (repo_copy / "data" / "synthetic").is_dir() and not (repo_copy / "data" / "fineweb10B").exists()
     argv = launched(out)
-    assert argv[:6] == ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "train_gpt.py"]
+    assert argv[:2] == ["python3", "train_gpt.py"]  # one process: no torchrun
     assert argv[-2:] == ["--val_every", "5"]  # the user's flags last: they win
     line = " ".join(argv)
     assert "--vocab_size 256 --bos_id 255" in line and "--train_files data/synthetic/synthetic_train_*.bin" in line
     assert json.loads((repo_copy / "check_args.json").read_text()) == train_args(argv) + ["--check"]
+
 
 def test_run_sh_printed_command_pastes_back_to_the_same_arguments(repo_copy, shim, tmp_path):
     """Quotes, $(...), backquotes, a newline, an empty argument: pasted, the line gives back exactly the arguments
@@ -405,6 +413,52 @@ def test_run_sh_stops_at_a_failed_install_with_its_line(repo_copy, shim):
     assert "run.sh:" not in proc.stdout + proc.stderr and not (repo_copy / "check_args.json").exists()
 
 
+def test_run_sh_launch_error_is_one_line(repo_copy, shim):
+    proc, _ = run(["./run.sh"], repo_copy, shim, STUB_TRAIN="fail")
+    assert proc.returncode == 1
+    assert errors(proc.stderr) == ["error: no train shards match 'x_*.bin' (rank 0)"]
+
+
+@pytest.mark.parametrize("mode", ["fail", "crash"])
+def test_run_sh_torchrun_failure_shows_the_rank_and_not_the_launcher(repo_copy, shim, mode):
+    """Two processes through torchrun: a rank's error line, or its own traceback; never the agent's."""
+    proc, _ = run(["./run.sh"], repo_copy, shim, STUB_NGPU="2", STUB_TRAIN=mode)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    if mode == "fail":
+        assert errors(proc.stderr) == ["error: no train shards match 'x_*.bin' (rank 1)"]
+    else:
+        assert errors(proc.stderr)[0] == "Traceback (most recent call last):"
+        assert errors(proc.stderr)[-1] == "ValueError: a real crash" and proc.stderr.count("Traceback") == 1
+    assert "ChildFailedError" not in proc.stderr and "elastic" not in proc.stderr
+
+
+def interrupt(cmd, cwd, shim, started, **env):
+    """Start cmd in a session of its own, press Ctrl-C (SIGINT to its process group) once `started` files exist."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=stub_env(shim, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    end = time.monotonic() + 60
+    while not all((cwd / name).exists() for name in started) and time.monotonic() < end and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_run_sh_ctrl_c_before_training_is_quiet(repo_copy, shim):
+    (repo_copy / "data" / "synthetic.py").write_text(STUB_SLOW_DATA)
+    code, out, err = interrupt(["./run.sh"], repo_copy, shim, ["started"])
+    assert code == 130 and errors(err) == [], err
+
+
+def test_run_sh_ctrl_c_reaches_each_rank_once_and_quietly(repo_copy, shim):
+    """torchrun's ranks run in sessions of their own: the launcher passes Ctrl-C on, once (a second signal would
+    stop a rank at once, nothing saved), and exits without its traceback."""
+    code, out, err = interrupt(["./run.sh"], repo_copy, shim, ["started_0", "started_1"], STUB_NGPU="2",
+                               STUB_TRAIN="wait")
+    assert code == 130, err
+    assert sorted(errors(err)) == ["rank 0 stopped by 1 signal(s)", "rank 1 stopped by 1 signal(s)"]
+
+
 def real_copy(tmp_path):
     """A copy of what train_gpt.py --check and data/synthetic.py need, with the real scripts."""
     root = tmp_path / "real"
@@ -417,8 +471,8 @@ def real_copy(tmp_path):
 
 
 def test_run_sh_with_real_train_gpt_check(shim, tmp_path):
-    """The real --check: a typo is one line in seconds; the CPU demo, then its synthetic shards as one's own with the
-    CPU flags, pass."""
+    """The real --check: a typo is one line in seconds; the synthetic shards (made before the check, which may look
+    at them), then the same shards as one's own with the CPU flags, pass."""
     root = real_copy(tmp_path)
     proc, seconds = run(["./run.sh", "--val_evry", "5"], root, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode != 0 and "train_gpt.py" not in proc.stdout

@@ -493,6 +493,20 @@ def test_run_sh_help_needs_no_install(repo_copy, shim):
     assert proc.returncode == 0 and proc.stdout == "stub help\n" and calls(shim) == []
 
 
+# test.sh
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tests/test_nothere.py"], "error: no such test file or folder: tests/test_nothere.py"),
+    (["--no-such-option"], "error: unrecognized arguments: --no-such-option"),
+])
+def test_test_sh_bad_argument_is_one_line(shim, args, message):
+    proc, _ = run(["./test.sh", *args], REPO, shim)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert len(errors(proc.stderr)) == 1 and errors(proc.stderr)[0].startswith(message), proc.stderr
+    assert proc.stdout == ""
+
+
 def test_markdown_links_in_readme_and_records_resolve():
     """Every relative link (and picture) in README.md and records/**/README.md names a file or folder that exists."""
     broken = []

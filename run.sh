@@ -60,12 +60,16 @@ def on_sigint(signum, frame):
     interrupts.append(signum)
     if len(interrupts) == 1:
         api._terminate_process_handler(signum, frame)  # raises SignalException: the agent stops the ranks with it
-    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
-        for pid in f.read().split():
-            try:
-                os.killpg(int(pid), signum)
-            except OSError:
-                pass
+    try:  # the ranks: this process's children, each leading its process group
+        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+            pids = f.read().split()
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            os.killpg(int(pid), signum)
+        except OSError:
+            pass
 signal.signal(signal.SIGINT, on_sigint)
 sys.argv[0] = "torchrun"
 try:

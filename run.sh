@@ -5,12 +5,18 @@
 #   ./run.sh                      # record run / CPU demo
 #   ./run.sh --val_every 100      # same, with a changed setting
 #   ./run.sh --help               # every setting
-# Steps: tools/install.sh (installs what is missing), `train_gpt.py ... --check` (the settings, in
-# seconds; stops here with its one-line error), the data (FineWeb download / synthetic shards; none
-# with --train_files), then torchrun.
-# RUN_SH_DRY_RUN=1: all steps but the last; the torchrun command is printed, not run.
+# Steps: tools/install.sh (installs what is unmet; its interpreter, python3 or .venv/bin/python, runs every later
+# step), the data (FineWeb download / synthetic shards; none with --train_files), `train_gpt.py ... --check` (the
+# settings and, once train_gpt.py checks them, the data: a mistake stops here with one line), then the training:
+# one process (no GPU, or one) runs train_gpt.py directly; several GPUs, one process each through torchrun.
+# The data comes before --check so that the check can see it: the synthetic shards take seconds, and the FineWeb
+# download is needed by any run (kept, and skipped when present).
+# A failure ends in its one line (train_gpt.py's `error: ...`), without the launcher's traceback. Ctrl-C stops
+# quietly; in the training loop train_gpt.py stops at the next step boundary (a second Ctrl-C: at once).
+# RUN_SH_DRY_RUN=1: all steps but the last; the training command is printed, not run.
 set -euo pipefail
 cd "$(dirname "$0")"
+trap 'exit 130' INT  # Ctrl-C before the training: quietly (the step that ran stops on it too)
 
 # A tiny model and schedule for machines without a GPU: a smoke test of the whole code path.
 CPU_FLAGS=(
@@ -27,28 +33,93 @@ SYNTHETIC_FLAGS=(
     --vocab_size 256 --bos_id 255
 )
 
-# Print the command (arguments with spaces or wildcards in single quotes, so it can be pasted),
-# then replace this shell with it (with RUN_SH_DRY_RUN=1: only print it).
+# Runs a Python script as PY would, except that Ctrl-C ends it without a KeyboardInterrupt traceback.
+INTERRUPTIBLE='import runpy, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")'
+run_py() { "$PY" -c "$INTERRUPTIBLE" "$@"; }
+
+# torchrun (torch.distributed.run), with one line in place of its agent's tracebacks and log lines: a rank's
+# failure is the rank's own message (train_gpt.py's `error: ...`, or its traceback); a rank killed by a signal
+# gets a line here, since it could say nothing. Ctrl-C: the agent passes it on to the ranks (each in a session of
+# its own, out of the terminal's reach) and waits for them to stop (at a step boundary, saving the run); a second
+# Ctrl-C goes to them too, which stops them at once, where torchrun alone would exit and leave them running.
+QUIET_TORCHRUN='import logging, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.environ.setdefault("PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGHUP,SIGQUIT")  # SIGINT: on_sigint
+from torch.distributed.elastic.multiprocessing import api
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main
+for name in ("torch.distributed.run", "torch.distributed.launcher", "torch.distributed.elastic"):
+    logger = logging.getLogger(name)
+    logger.addHandler(logging.NullHandler())
+    logger.propagate = False
+interrupts = []
+def on_sigint(signum, frame):
+    interrupts.append(signum)
+    if len(interrupts) == 1:
+        api._terminate_process_handler(signum, frame)  # raises SignalException: the agent stops the ranks with it
+    try:  # the ranks: the children of this process, each leading its process group
+        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as f:
+            pids = f.read().split()
+    except OSError:
+        pids = []
+    for pid in pids:
+        try:
+            os.killpg(int(pid), signum)
+        except OSError:
+            pass
+signal.signal(signal.SIGINT, on_sigint)
+sys.argv[0] = "torchrun"
+try:
+    main(sys.argv[1:])
+except ChildFailedError as e:
+    rank, failure = e.get_first_failure()
+    if failure.exitcode < 0:
+        print(f"run.sh: rank {rank} was killed by {failure.signal_name()}", file=sys.stderr)
+        sys.exit(128 - failure.exitcode)
+    sys.exit(failure.exitcode)
+except api.SignalException as e:
+    sys.exit(128 + e.sigval)'
+
+# One shell word for $1: as is when plain, else in single quotes (a quote inside as '\''), or with printf %q
+# where it holds a control character: the printed command, pasted, runs exactly these arguments and nothing else.
+quote() {
+    if [[ $1 =~ ^[A-Za-z0-9_./=:,+@%-]+$ ]]; then
+        printf '%s' "$1"
+    elif [[ $1 == *[[:cntrl:]]* ]]; then
+        printf '%q' "$1"
+    else
+        local q="'\\''"
+        printf "'%s'" "${1//\'/$q}"
+    fi
+}
+
+# Print the command so it can be pasted, then replace this shell with it (with RUN_SH_DRY_RUN=1: only print it).
+# `PY -m torch.distributed.run ...` runs through QUIET_TORCHRUN: the same launch, less noise.
 launch() {
     local shown=() arg
-    for arg in "$@"; do [[ $arg =~ ^[A-Za-z0-9_./=:,+-]+$ ]] && shown+=("$arg") || shown+=("'$arg'"); done
+    for arg in "$@"; do shown+=("$(quote "$arg")"); done
     echo "run.sh: ${shown[*]}"
     if [[ ${RUN_SH_DRY_RUN:-0} != 0 ]]; then echo "run.sh: dry run (RUN_SH_DRY_RUN=1): not started"; exit 0; fi
+    if [[ ${2:-} == -m && ${3:-} == torch.distributed.run ]]; then exec "$1" -c "$QUIET_TORCHRUN" "${@:4}"; fi
     exec "$@"
 }
 
-tools/install.sh
-
-for arg in "$@"; do
+for arg in "$@"; do  # train_gpt.py --help needs no package: it answers before any install
     if [[ $arg == -h || $arg == --help ]]; then exec python3 train_gpt.py --help; fi
 done
+
+PY=$(tools/install.sh --print-python)
+
 OWN_DATA=0  # train/val files given: no FineWeb download, no synthetic shards
 for arg in "$@"; do
     case $arg in --train_files|--train_files=*|--val_files|--val_files=*) OWN_DATA=1 ;; esac
 done
 
 # torch counts the GPUs it can use (honours CUDA_VISIBLE_DEVICES; 0 with a CPU-only build).
-NGPU=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+NGPU=$("$PY" -c 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); import torch; print(torch.cuda.device_count())')
 if (( NGPU > 0 )); then
     ALL_ARGS=("$@")
 elif (( OWN_DATA )); then
@@ -57,22 +128,25 @@ else
     ALL_ARGS=("${CPU_FLAGS[@]}" "${SYNTHETIC_FLAGS[@]}" "$@")
 fi
 
-# The settings, before any download or torchrun: a mistake costs seconds and one line.
-python3 train_gpt.py "${ALL_ARGS[@]}" --check || exit $?
-
 if (( NGPU > 0 )); then
     if (( ! OWN_DATA )); then
         echo "run.sh: $NGPU GPU(s); checking the FineWeb shards in data/fineweb10B/ (downloads any missing)"
-        python3 data/download.py
+        run_py data/download.py
     else
         echo "run.sh: $NGPU GPU(s) on your shards"
     fi
-    launch torchrun --standalone --nproc_per_node="$NGPU" train_gpt.py "${ALL_ARGS[@]}"
 elif (( OWN_DATA )); then
     echo "run.sh: no GPU; tiny CPU model on your shards (GPT-2 vocabulary unless --vocab_size/--bos_id are given)"
-    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
 else
     echo "run.sh: no GPU; tiny CPU demo on synthetic data in data/synthetic/"
-    python3 data/synthetic.py
-    launch torchrun --standalone --nproc_per_node=1 train_gpt.py "${ALL_ARGS[@]}"
+    run_py data/synthetic.py
+fi
+
+# The settings (and the data), before the training starts: a mistake costs seconds and one line.
+run_py train_gpt.py "${ALL_ARGS[@]}" --check
+
+if (( NGPU > 1 )); then
+    launch "$PY" -m torch.distributed.run --standalone --nproc_per_node="$NGPU" train_gpt.py "${ALL_ARGS[@]}"
+else
+    launch "$PY" train_gpt.py "${ALL_ARGS[@]}"
 fi

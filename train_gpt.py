@@ -1650,6 +1650,8 @@ def main(argv: list[str] | None = None) -> int:
         if resume and resume["data"] != data.fingerprint:
             raise SystemExit(f"error: the shards are not those the checkpoint was cut from (names, sizes or tokens "
                              f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
+        if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
+            dist.barrier()
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
         try:
             log(data.report)

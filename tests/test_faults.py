@@ -189,7 +189,8 @@ def test_resume_refuses_shards_written_anew_under_the_same_names(tmp_path, synth
     data = tmp_path / "data"
     shutil.copytree(Path(synthetic_data["train"]).parent, data)
     flags = TINY_FLAGS + ["--train_files", str(data / "synthetic_train_*.bin"), "--val_files",
-                          str(data / "synthetic_val_*.bin"), "--num_scheduled_steps", "6", "--warmup", "False",
+                          str(data / "synthetic_val_*.bin"), "--num_scheduled_steps", "6", "--num_extension_steps", "0",
+                          "--warmup", "False",
                           "--checkpoint_every", "2", "--log_dir", str(tmp_path), "--run_id", "r"]
     r = run_script(flags)
     assert r.returncode == 0, r.stderr[-2000:]

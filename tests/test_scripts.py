@@ -1,14 +1,22 @@
-"""tools/install.sh and run.sh on the CPU, in seconds: nothing is installed or trained.
+"""tools/install.sh, run.sh and test.sh on the CPU, in seconds: nothing is downloaded, installed or trained.
 
-pip is never reached: python3 on PATH is a shim that fails `python3 -m pip ...` (exit 97). run.sh's steps are
-checked in a copy of the scripts with stub train_gpt.py / data scripts, in its dry run (RUN_SH_DRY_RUN=1), and
-once against the real train_gpt.py's --check. Also: every relative link in README.md and records/**/README.md resolves.
+python3 on PATH is a stub (`shim`): this interpreter, except that `-m pip` and `-m venv` are logged and faked
+(pip fails with exit 97 unless the test gives it a command that plays the install), nvidia-smi fails unless the test
+makes it list a GPU, and PyTorch's CPU index is a closed local port. It runs as no virtual environment's
+(this interpreter's base with its packages on PYTHONPATH, like a system Python) or as one's (a real venv made
+without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
+the stub pip "installs" into .venv/. run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
+data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
+Also: every relative link in README.md and records/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """
+import json
 import os
 import re
 import shutil
+import signal
+import site
 import subprocess
 import sys
 import time
@@ -17,10 +25,102 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ALL_INSTALLED = "tools/install.sh: all requirements installed"
+ALL_MET = "tools/install.sh: all requirements met (python3: "
+BASE_PYTHON = getattr(sys, "_base_executable", sys.executable) if sys.prefix != sys.base_prefix else sys.executable
+SITE = os.pathsep.join([*site.getsitepackages(), site.getusersitepackages()])
+
+SHIM = """\
+#!/bin/sh
+# python3 stub: logs each call; fakes pip and venv; else runs TARGET with this interpreter's packages
+printf '%s\n' "$(printf '%s' "$0 $*" | tr '\n' ' ')" >> "$STUB_LOG"
+case "$0" in
+    *.venv/bin/python) extra="$(dirname "$0")/../site:"; venv=1 ;;
+    *) extra=""; venv=0 ;;
+esac
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+    [ "$3" = --version ] && exit 0
+    if [ "$venv" = 0 ] && [ -n "$STUB_EXTERNALLY_MANAGED" ]; then
+        echo "error: externally-managed-environment" >&2; exit 1
+    fi
+    if [ -n "$STUB_PIP" ]; then sh -c "$STUB_PIP"; exit $?; fi
+    echo "shim: pip called: $*" >&2; exit 97
+fi
+if [ "$1" = -m ] && [ "$2" = venv ]; then
+    for dest; do :; done
+    mkdir -p "$dest/bin" "$dest/site"
+    if [ -n "$STUB_VENV_FAILS" ]; then
+        echo "The virtual environment was not successfully created because ensurepip is not available."; exit 1
+    fi
+    cp "$0" "$dest/bin/python"; exit 0
+fi
+if [ "$1" = -c ] && [ -n "$STUB_NGPU" ]; then
+    case "$2" in *device_count*) echo "$STUB_NGPU"; exit 0 ;; esac
+fi
+PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$extra@SITE@" exec @TARGET@ "$@"
+"""
+
+
+@pytest.fixture(scope="session")
+def active_venv(tmp_path_factory):
+    """A real virtual environment (no pip: made in a fraction of a second) of this interpreter's base."""
+    env = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([BASE_PYTHON, "-m", "venv", "--without-pip", "--system-site-packages", str(env)], check=True)
+    return env / "bin" / "python"
+
+
+@pytest.fixture
+def shim(tmp_path, request, active_venv):
+    """PATH entries: python3 (the stub; a virtual environment's with @pytest.mark.parametrize('shim', ['venv'],
+    indirect=True), else no environment's) and nvidia-smi, which fails unless STUB_GPU is set."""
+    in_venv = getattr(request, "param", None) == "venv"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    target = active_venv if in_venv else BASE_PYTHON
+    (bin_dir / "python3").write_text(SHIM.replace("@SITE@", SITE).replace("@TARGET@", str(target)))
+    (bin_dir / "nvidia-smi").write_text('#!/bin/sh\n[ -n "$STUB_GPU" ] && { echo "GPU 0: NVIDIA H100"; exit 0; }\nexit 9\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return bin_dir
+
+
+def errors(stderr):
+    """stderr without install.sh's line when all is met (run.sh and test.sh show it there)."""
+    return [line for line in stderr.splitlines() if not line.startswith("tools/install.sh: all requirements met (")]
+
+
+def stub_env(shim, **env):
+    """The environment of a script under test: the stubs first on PATH, no active environment, no GPU."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH")}
+    full_env.update({"PATH": f"{shim}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "", "STUB_LOG": str(shim / "log"),
+                     "TORCH_CPU_INDEX": "http://127.0.0.1:9/whl/cpu", "no_proxy": "*", **env})
+    return full_env
+
+
+def run(cmd, cwd, shim, timeout=120, **env):
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=stub_env(shim, **env), capture_output=True, text=True, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def calls(shim, what="-m "):
+    """The stub interpreters' logged calls that contain `what` (pip and venv by default)."""
+    log = shim / "log"
+    lines = log.read_text().replace(f"{shim}/", "").splitlines() if log.exists() else []
+    return [line for line in lines if what in line]
+
+
+def fake_dist(where: Path, name: str, version: str, module=False):
+    """Package metadata (and optionally a module) that importlib.metadata finds first on PYTHONPATH."""
+    info = where / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if module:
+        (where / f"{name}.py").write_text("")
+    return info
+
 
 STUB_TRAIN = """\
-import json, sys
+import json, os, signal, sys, time
 from pathlib import Path
 if "--help" in sys.argv:
     print("stub help"); sys.exit(0)
@@ -29,62 +129,37 @@ if sys.argv[-1] == "--check":
     if "--bad" in sys.argv:
         print("error: --bad is bad", file=sys.stderr); sys.exit(2)
     print("settings OK"); sys.exit(0)
+mode = os.environ.get("STUB_TRAIN", "")
+rank, failing = int(os.environ.get("RANK", 0)), int(os.environ.get("RANK", 1)) == 1  # one process, or rank 1 of two
+if mode == "fail" and failing:  # a launch-time error, as train_gpt.py reports one
+    sys.exit(f"error: no train shards match 'x_*.bin' (rank {rank})")
+if mode == "crash" and failing:
+    raise ValueError("a real crash")
+if mode in ("fail", "crash", "wait"):  # the others: until a signal (each is counted)
+    got = []
+    signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    Path(f"started_{rank}").touch()
+    end = time.monotonic() + 60
+    while not got and time.monotonic() < end:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a second signal would arrive by now
+    if mode == "wait":
+        print(f"rank {rank} stopped by {len(got)} signal(s)", file=sys.stderr)
+    sys.exit(1)
 sys.exit("stub train_gpt.py: started without --check")
 """
 STUB_DATA = "from pathlib import Path\nPath('data/{0}').mkdir(parents=True)\nprint('stub {0}')\n"
-
-
-@pytest.fixture
-def shim(tmp_path):
-    """A PATH entry whose python3 runs this interpreter but fails on `-m pip`, and whose nvidia-smi fails."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(
-        f'#!/bin/sh\nif [ "$1" = -m ] && [ "$2" = pip ]; then echo "shim: pip called: $*" >&2; exit 97; fi\n'
-        f'exec {sys.executable} "$@"\n')
-    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
-    for f in bin_dir.iterdir():
-        f.chmod(0o755)
-    return bin_dir
-
-
-def run(cmd, cwd, shim, **env):
-    full_env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "", **env}
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)
-    return proc, time.monotonic() - start
-
-
-def test_install_all_present_is_quick_and_calls_no_pip(shim):
-    proc, seconds = run(["tools/install.sh"], REPO, shim)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith(ALL_INSTALLED) and "pip called" not in proc.stderr
-    assert seconds < 20
-
-
-@pytest.mark.parametrize("module, failed", [
-    ("tiktoken", "failed: python3 -m pip install -r requirements.txt"),
-    ("torch", "failed: python3 -m pip install torch>=2.11,<2.14"),  # no GPU: the CPU build first
-])
-def test_install_missing_module_runs_pip_and_names_the_failed_command(shim, tmp_path, module, failed):
-    hide = tmp_path / "hide"
-    hide.mkdir()
-    (hide / f"{module}.py").write_text("raise ImportError('hidden by the test')\n")
-    proc, _ = run(["tools/install.sh"], REPO, shim, PYTHONPATH=str(hide))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 1, out
-    assert f"missing: {module}" in out and "shim: pip called" in out
-    assert out.strip().splitlines()[-1] == f"tools/install.sh: {failed}"
-    assert ("installing the CPU build of torch" in out) == (module == "torch")
+STUB_SLOW_DATA = "import time\nfrom pathlib import Path\nPath('started').touch()\ntime.sleep(60)\n"
 
 
 @pytest.fixture
 def repo_copy(tmp_path):
-    """run.sh, tools/install.sh and requirements.txt with stub train_gpt.py, data/synthetic.py, data/download.py."""
+    """run.sh, test.sh, tools/install.sh and requirements.txt with stub train_gpt.py and data scripts."""
     root = tmp_path / "repo"
     (root / "tools").mkdir(parents=True)
     (root / "data").mkdir()
-    for rel in ("run.sh", "tools/install.sh", "requirements.txt"):
+    for rel in ("run.sh", "test.sh", "tools/install.sh", "requirements.txt"):
         shutil.copy2(REPO / rel, root / rel)
     (root / "train_gpt.py").write_text(STUB_TRAIN)
     (root / "data" / "synthetic.py").write_text(STUB_DATA.format("synthetic"))
@@ -92,12 +167,179 @@ def repo_copy(tmp_path):
     return root
 
 
+def add_requirement(root, line):
+    with open(root / "requirements.txt", "a") as f:
+        f.write(line + "\n")
+
+
+# tools/install.sh
+
+
+def test_install_all_met_is_quick_and_calls_no_pip(repo_copy, shim):
+    proc, seconds = run(["tools/install.sh"], repo_copy, shim)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(ALL_MET) and "torch " in proc.stdout and proc.stderr == ""
+    assert calls(shim) == [] and not (repo_copy / ".venv").exists()
+    assert seconds < 20
+    proc, _ = run(["tools/install.sh", "--print-python"], repo_copy, shim)
+    assert proc.stdout == "python3\n" and proc.stderr.startswith(ALL_MET)
+
+
+# The stub pip's install of stubpkg 1.0: into .venv/site, which only .venv/bin/python sees.
+INSTALL_STUBPKG = ("mkdir -p .venv/site/stubpkg-1.0.dist-info && touch .venv/site/stubpkg.py && "
+                   "printf 'Metadata-Version: 2.1\\nName: stubpkg\\nVersion: 1.0\\n' > .venv/site/stubpkg-1.0.dist-info/METADATA")
+
+
+def test_install_externally_managed_python_gets_a_venv(repo_copy, shim):
+    """A system Python (no virtual environment's; pip refuses, PEP 668) that lacks a requirement: .venv/ is made
+    and installed into, once; later runs use it; python3's pip is never asked."""
+    add_requirement(repo_copy, "stubpkg==1.0")
+    env = dict(STUB_EXTERNALLY_MANAGED="1", STUB_PIP=INSTALL_STUBPKG)
+    proc, _ = run(["tools/install.sh", "--print-python"], repo_copy, shim, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout == ".venv/bin/python\n"
+    assert "is no virtual environment's and does not meet: stubpkg; creating .venv/" in proc.stderr
+    assert calls(shim) == ["python3 -m venv --system-site-packages .venv", ".venv/bin/python -m pip --version",
+                           ".venv/bin/python -m pip install -r requirements.txt"]
+    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: done: ")
+    (shim / "log").unlink()
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("tools/install.sh: all requirements met (.venv/bin/python: ") and "stubpkg 1.0" in proc.stdout
+    assert calls(shim) == []
+
+
+def test_run_sh_on_an_externally_managed_python_uses_the_venv_throughout(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg==1.0")
+    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_EXTERNALLY_MANAGED="1", STUB_PIP=INSTALL_STUBPKG)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert launched(out)[0] == ".venv/bin/python"
+    made = calls(shim, "")
+    made = made[next(i for i, c in enumerate(made) if "-m venv" in c) + 1:]
+    assert made and all(c.startswith(".venv/bin/python ") for c in made), made  # every later step: the venv's
+
+
+def test_install_venv_that_cannot_be_made_is_one_line_and_leaves_none(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg==1.0")
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, STUB_VENV_FAILS="1")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "tools/install.sh: failed: python3 -m venv --system-site-packages .venv (python3 has no ensurepip); fix: install "
+        "Python's venv module (Debian/Ubuntu: sudo apt install python3-venv), or activate a virtual environment of "
+        "your own, then run this again"]
+    assert not (repo_copy / ".venv").exists()
+
+
+@pytest.mark.parametrize("shim", ["venv"], indirect=True)
+def test_install_into_an_active_venv_names_the_failed_command(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg==1.0")
+    proc, _ = run(["tools/install.sh"], repo_copy, shim)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "python3 does not meet: stubpkg is not installed; installing" in proc.stdout
+    assert calls(shim) == ["python3 -m pip --version", "python3 -m pip install -r requirements.txt"]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "tools/install.sh: failed: python3 -m pip install -r requirements.txt; fix: fix what pip's message above "
+        "names (the network, a proxy, disk space), then run this again")
+    assert not (repo_copy / ".venv").exists()
+
+
+@pytest.mark.parametrize("shim", ["venv"], indirect=True)
+def test_install_upgrades_an_older_torch_with_the_cpu_build(repo_copy, shim, tmp_path):
+    old = tmp_path / "old"
+    fake_dist(old, "torch", "2.10.0")
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, PYTHONPATH=str(old), STUB_PIP=f"rm -rf {old}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "python3 does not meet: torch 2.10.0 is installed (needs >=2.11,<2.14); installing" in out
+    assert "installing the CPU build of torch" in out and "trying pip's default index" in out  # the index: a closed port
+    assert calls(shim, "install") == ["python3 -m pip install torch>=2.11,<2.14", "python3 -m pip install -r requirements.txt"]
+    assert out.strip().splitlines()[-1].startswith("tools/install.sh: done: torch ")
+
+
+@pytest.mark.parametrize("shim", ["venv"], indirect=True)
+def test_install_older_torch_on_a_gpu_machine_says_what_to_do(repo_copy, shim, tmp_path):
+    old = tmp_path / "old"
+    fake_dist(old, "torch", "2.9.1+cu126")
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, PYTHONPATH=str(old), STUB_GPU="1")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "tools/install.sh: failed: torch 2.9.1+cu126 is installed (needs >=2.11,<2.14), on a machine with an NVIDIA GPU; "
+        "fix: install a CUDA build of 'torch>=2.11,<2.14' that fits its driver (nvidia-smi shows the CUDA version it "
+        "takes), e.g. python3 -m pip install 'torch>=2.11,<2.14' (PyPI's CUDA build) or from "
+        "https://pytorch.org/get-started/locally/, then run this again"]
+    assert calls(shim, "install") == []
+
+
+@pytest.fixture(scope="module")
+def checker():
+    """install.sh's requirement check (its Python program), loaded as a module."""
+    text = (REPO / "tools" / "install.sh").read_text()
+    source = re.search(r"CHECKER=\$\(cat <<'PY'\n(.*?)\nPY\n\)", text, re.S)[1]
+    module = {"__name__": "checker"}
+    exec(compile(source, "install.sh:CHECKER", "exec"), module)
+    return module
+
+
+@pytest.mark.parametrize("installed, requirement, ok", [
+    ("2.13.0+cpu", "torch>=2.11,<2.14", True),
+    ("2.11", "torch>=2.11,<2.14", True),
+    ("2.11.0.post1", "torch>=2.11,<2.14", True),
+    ("2.12.0a0+git1234", "torch>=2.11,<2.14", True),  # an installed pre-release inside the range
+    ("2.11.0a0+ecf3bae", "torch>=2.11,<2.14", False),  # below 2.11 (PEP 440), e.g. a vendor's early build
+    ("2.10.2", "torch>=2.11,<2.14", False),
+    ("2.14.0", "torch>=2.11,<2.14", False),
+    ("2.14.0rc1", "torch>=2.11,<2.14", False),  # <2.14 excludes its pre-releases
+    ("3.0.0.dev0", "numpy>=1.26,<3", False),
+    ("1.26.4", "numpy>=1.26,<3", True),
+    ("0.6.0", "tiktoken>=0.7,<1", False),
+    ("2.13.0+cpu", "torch==2.13.0", True),
+    ("2.13", "torch==2.13.0", True),
+    ("2.13.0.post1", "torch==2.13.0", False),
+    ("2.13.1", "torch==2.13", False),
+    ("not-a-version", "torch>=2.11", False),
+])
+def test_install_version_ranges(checker, installed, requirement, ok):
+    name, specs = checker["parse_requirement"](requirement)
+    assert name == requirement.split("=")[0].split(">")[0].split("<")[0]
+    assert checker["meets"](installed, specs) is ok
+
+
+def test_install_reads_every_line_of_requirements_txt(checker):
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, specs = checker["parse_requirement"](line)
+            assert specs, line  # every requirement has a version range
+
+
+@pytest.mark.parametrize("line", ["foo~=1.0", "foo>=1; python_version < '3.12'", "foo[extra]>=1", "foo>=1.0b1"])
+def test_install_refuses_a_specifier_it_does_not_check(checker, line):
+    with pytest.raises(ValueError):
+        checker["parse_requirement"](line)
+
+
+# run.sh
+
+
 def launched(out):
-    """The torchrun line run.sh printed (its dry run starts nothing)."""
-    lines = [line for line in out.splitlines() if line.startswith("run.sh: torchrun ")]
+    """The training command run.sh printed (its dry run starts nothing), as the shell reads it back."""
+    lines = [line for line in out.splitlines() if line.startswith("run.sh: ") and "train_gpt.py" in line]
     assert len(lines) == 1, out
     assert "dry run (RUN_SH_DRY_RUN=1): not started" in out
-    return lines[0]
+    return shell_words(lines[0].removeprefix("run.sh: "))
+
+
+def train_args(argv):
+    """train_gpt.py's arguments in a launch command."""
+    return argv[argv.index("train_gpt.py") + 1:]
+
+
+def shell_words(line, cwd=None):
+    """The words bash makes of `line` (as when it is pasted), with nothing run: `set --` only assigns them."""
+    proc = subprocess.run(["bash", "-c", f"set -- {line}\nprintf '%s\\0' \"$@\""], cwd=cwd, capture_output=True,
+                          text=True, check=True)
+    return proc.stdout.split("\0")[:-1]
 
 
 def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
@@ -106,10 +348,29 @@ def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
     assert proc.returncode == 0, out
     assert "no GPU; tiny CPU demo on synthetic data in data/synthetic/" in out
     assert (repo_copy / "data" / "synthetic").is_dir() and not (repo_copy / "data" / "fineweb10B").exists()
-    line = launched(out)
-    assert "--vocab_size 256 --bos_id 255" in line and "'data/synthetic/synthetic_train_*.bin'" in line
-    assert line.endswith("--val_every 5")  # the user's flags last: they win
-    assert (repo_copy / "check_args.json").read_text().endswith('"--val_every", "5", "--check"]')
+    argv = launched(out)
+    assert argv[:2] == ["python3", "train_gpt.py"]  # one process: no torchrun
+    assert argv[-2:] == ["--val_every", "5"]  # the user's flags last: they win
+    line = " ".join(argv)
+    assert "--vocab_size 256 --bos_id 255" in line and "--train_files data/synthetic/synthetic_train_*.bin" in line
+    assert json.loads((repo_copy / "check_args.json").read_text()) == train_args(argv) + ["--check"]
+
+
+def test_run_sh_printed_command_pastes_back_to_the_same_arguments(repo_copy, shim, tmp_path):
+    """Quotes, $(...), backquotes, a newline, an empty argument: pasted, the line gives back exactly the arguments
+    and runs nothing."""
+    tricky = ["--run_id", "it's $(touch pwned) `touch pwned2` \"q\" \\ *", "--note", "two\nlines\t", "--empty", "",
+              "--glob", "data/x_*.bin"]
+    proc, _ = run(["./run.sh", *tricky], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    line = next(x for x in out.splitlines() if x.startswith("run.sh: ") and "train_gpt.py" in x)
+    paste = tmp_path / "paste"
+    paste.mkdir()
+    argv = shell_words(line.removeprefix("run.sh: "), cwd=paste)
+    assert argv[-len(tricky):] == tricky
+    assert train_args(argv) + ["--check"] == json.loads((repo_copy / "check_args.json").read_text())
+    assert list(paste.iterdir()) == [] and not list(repo_copy.glob("pwned*"))
 
 
 @pytest.mark.parametrize("data_flags", [
@@ -123,34 +384,131 @@ def test_run_sh_cpu_own_shards_keep_gpt2_vocabulary(repo_copy, shim, data_flags)
     assert proc.returncode == 0, out
     assert "tiny CPU model on your shards" in out and "synthetic data" not in out
     assert not (repo_copy / "data" / "synthetic").exists() and not (repo_copy / "data" / "fineweb10B").exists()
-    line = launched(out)
+    line = " ".join(launched(out))
     assert "--vocab_size" not in line and "--bos_id" not in line and "synthetic" not in line
     assert "--model_dim 64" in line  # the tiny model and schedule stay
+
+
+def test_run_sh_gpus_fetch_fineweb_and_launch_torchrun(repo_copy, shim):
+    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_NGPU="2")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert (repo_copy / "data" / "fineweb10B").is_dir() and (repo_copy / "check_args.json").exists()
+    assert launched(out) == ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train_gpt.py"]
 
 
 def test_run_sh_stops_at_a_failed_check(repo_copy, shim):
     proc, _ = run(["./run.sh", "--bad", "1"], repo_copy, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: --bad is bad"
-    assert "torchrun" not in proc.stdout and not (repo_copy / "data" / "synthetic").exists()
+    assert errors(proc.stderr) == ["error: --bad is bad"]
+    assert "train_gpt.py" not in proc.stdout
+
+
+@pytest.mark.parametrize("shim", ["venv"], indirect=True)
+def test_run_sh_stops_at_a_failed_install_with_its_line(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg==1.0")
+    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: failed: python3 -m pip install -r")
+    assert "run.sh:" not in proc.stdout + proc.stderr and not (repo_copy / "check_args.json").exists()
+
+
+def test_run_sh_launch_error_is_one_line(repo_copy, shim):
+    proc, _ = run(["./run.sh"], repo_copy, shim, STUB_TRAIN="fail")
+    assert proc.returncode == 1
+    assert errors(proc.stderr) == ["error: no train shards match 'x_*.bin' (rank 0)"]
+
+
+@pytest.mark.parametrize("mode", ["fail", "crash"])
+def test_run_sh_torchrun_failure_shows_the_rank_and_not_the_launcher(repo_copy, shim, mode):
+    """Two processes through torchrun: a rank's error line, or its own traceback; never the agent's."""
+    proc, _ = run(["./run.sh"], repo_copy, shim, STUB_NGPU="2", STUB_TRAIN=mode)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    if mode == "fail":
+        assert errors(proc.stderr) == ["error: no train shards match 'x_*.bin' (rank 1)"]
+    else:
+        assert errors(proc.stderr)[0] == "Traceback (most recent call last):"
+        assert errors(proc.stderr)[-1] == "ValueError: a real crash" and proc.stderr.count("Traceback") == 1
+    assert "ChildFailedError" not in proc.stderr and "elastic" not in proc.stderr
+
+
+def interrupt(cmd, cwd, shim, started, **env):
+    """Start cmd in a session of its own, press Ctrl-C (SIGINT to its process group) once `started` files exist."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=stub_env(shim, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    end = time.monotonic() + 60
+    while not all((cwd / name).exists() for name in started) and time.monotonic() < end and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, out, err
+
+
+def test_run_sh_ctrl_c_before_training_is_quiet(repo_copy, shim):
+    (repo_copy / "data" / "synthetic.py").write_text(STUB_SLOW_DATA)
+    code, out, err = interrupt(["./run.sh"], repo_copy, shim, ["started"])
+    assert code == 130 and errors(err) == [], err
+
+
+def test_run_sh_ctrl_c_reaches_each_rank_once_and_quietly(repo_copy, shim):
+    """torchrun's ranks run in sessions of their own: the launcher passes Ctrl-C on, once (a second signal would
+    stop a rank at once, nothing saved), and exits without its traceback."""
+    code, out, err = interrupt(["./run.sh"], repo_copy, shim, ["started_0", "started_1"], STUB_NGPU="2",
+                               STUB_TRAIN="wait")
+    assert code == 130, err
+    assert sorted(errors(err)) == ["rank 0 stopped by 1 signal(s)", "rank 1 stopped by 1 signal(s)"]
+
+
+def real_copy(tmp_path):
+    """A copy of what train_gpt.py --check and data/synthetic.py need, with the real scripts."""
+    root = tmp_path / "real"
+    for rel in ("harness", "data", "kernels", "tools"):
+        shutil.copytree(REPO / rel, root / rel, ignore=shutil.ignore_patterns("__pycache__", "synthetic", "fineweb10B"))
+    for rel in ("run.sh", "train_gpt.py", "requirements.txt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, root / rel)
+    return root
 
 
 def test_run_sh_with_real_train_gpt_check(shim, tmp_path):
-    """The real --check: a typo or missing shards are one line in seconds; own shards with the CPU flags pass."""
-    proc, seconds = run(["./run.sh", "--val_evry", "5"], REPO, shim, RUN_SH_DRY_RUN="1")
-    assert proc.returncode != 0 and "torchrun" not in proc.stdout
-    assert proc.stderr.strip().splitlines() == ["error: unknown setting --val_evry (--help lists the settings)"]
+    """The real --check: a typo is one line in seconds; the synthetic shards (made before the check, which may look
+    at them), then the same shards as one's own with the CPU flags, pass."""
+    root = real_copy(tmp_path)
+    proc, seconds = run(["./run.sh", "--val_evry", "5"], root, shim, RUN_SH_DRY_RUN="1")
+    assert proc.returncode != 0 and "train_gpt.py" not in proc.stdout
+    assert errors(proc.stderr) == ["error: unknown setting --val_evry (--help lists the settings)"]
     assert seconds < 30
-    own = ["--train_files", f"{tmp_path}/synthetic_train_*.bin", "--val_files", f"{tmp_path}/synthetic_val_*.bin"]
-    proc, _ = run(["./run.sh", *own], REPO, shim, RUN_SH_DRY_RUN="1")
-    assert proc.returncode != 0 and "torchrun" not in proc.stdout
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert proc.stderr.startswith(f"error: no train shards match '{own[1]}'"), proc.stderr
-    subprocess.run([sys.executable, "data/synthetic.py", "--out", str(tmp_path)], cwd=REPO, check=True,
-                   capture_output=True)
-    proc, _ = run(["./run.sh", *own, "--vocab_size", "256", "--bos_id", "255"], REPO, shim, RUN_SH_DRY_RUN="1")
+    proc, _ = run(["./run.sh"], root, shim, RUN_SH_DRY_RUN="1")  # the synthetic shards, then their check
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--vocab_size" in launched(proc.stdout)
+    proc, _ = run(["./run.sh", "--train_files", "mine/x_*.bin", "--val_files", "mine/v_*.bin"], root, shim,
+                  RUN_SH_DRY_RUN="1")  # own shards that are not there: one line, before any training
+    assert proc.returncode != 0 and "train_gpt.py" not in proc.stdout
+    assert errors(proc.stderr) == ["error: no train shards match 'mine/x_*.bin'; the folder 'mine' does not exist"]
+    proc, _ = run(["./run.sh", "--train_files", "data/synthetic/synthetic_train_*.bin", "--val_files",
+                   "data/synthetic/synthetic_val_*.bin"], root, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tiny CPU model on your shards" in proc.stdout and "synthetic data" not in proc.stdout
+
+
+def test_run_sh_help_needs_no_install(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg==1.0")  # unmet: would need an install
+    proc, _ = run(["./run.sh", "--help"], repo_copy, shim)
+    assert proc.returncode == 0 and proc.stdout == "stub help\n" and calls(shim) == []
+
+
+# test.sh
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tests/test_nothere.py"], "error: no such test file or folder: tests/test_nothere.py"),
+    (["--no-such-option"], "error: unrecognized arguments: --no-such-option"),
+])
+def test_test_sh_bad_argument_is_one_line(shim, args, message):
+    proc, _ = run(["./test.sh", *args], REPO, shim)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert len(errors(proc.stderr)) == 1 and errors(proc.stderr)[0].startswith(message), proc.stderr
+    assert proc.stdout == ""
 
 
 def test_markdown_links_in_readme_and_records_resolve():

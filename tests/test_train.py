@@ -671,8 +671,24 @@ def test_exact_math_is_pinned_on_the_cpu(tmp_path, synthetic_data):
     assert digest_of_run(tmp_path, "pin") == EXACT_MATH_DIGEST
 
 
+def sharded_flags(synthetic_data, log_dir):
+    return TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                         "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--val_every", "0",
+                         "--warmup", "False", "--log_dir", str(log_dir), "--save_checkpoint", "True",
+                         "--val_tokens", "2048"]  # a multiple of 8 ranks x 256
+
+
+@pytest.fixture(scope="module")
+def one_process_run(synthetic_data, tmp_path_factory):
+    """The world-size-1 run (accumulation 8) that every sharded run is compared with: run once."""
+    log_dir = tmp_path_factory.mktemp("one_process")
+    one = run_script(sharded_flags(synthetic_data, log_dir) + ["--run_id", "one"], nproc=1)
+    assert one.returncode == 0, one.stderr[-2000:]
+    return {"stdout": one.stdout, "checkpoint": log_dir / "one_checkpoint_rank0.pt"}
+
+
 @pytest.mark.parametrize("world_size", [2, 4, 8])
-def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_data, world_size):
+def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_data, one_process_run, world_size):
     """World size 2, 4 or 8 (gloo; accumulation 4, 2 or none: at 8 the bigram table's sparse exchange) trains
     the same model as world size 1 (accumulation 8), through the untie step.
 
@@ -686,16 +702,11 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     25% (up to 8% seen), where a wiring mistake (a shard never updated or gathered, a wrong reduction) moves
     nearly all of them.
     """
-    common = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
-                           "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--val_every", "0",
-                           "--warmup", "False", "--log_dir", str(tmp_path), "--save_checkpoint", "True",
-                           "--val_tokens", "2048"]  # a multiple of 8 ranks x 256
-    one = run_script(common + ["--run_id", "one"], nproc=1)
-    many = run_script(common + ["--run_id", "many"], nproc=world_size)
-    assert one.returncode == 0 and many.returncode == 0, (one.stderr[-2000:], many.stderr[-2000:])
-    (l1,), (l2,) = val_losses(one.stdout), val_losses(many.stdout)
+    many = run_script(sharded_flags(synthetic_data, tmp_path) + ["--run_id", "many"], nproc=world_size)
+    assert many.returncode == 0, many.stderr[-2000:]
+    (l1,), (l2,) = val_losses(one_process_run["stdout"]), val_losses(many.stdout)
     assert abs(l1 - l2) < 2e-3, (l1, l2)
-    s1 = torch.load(tmp_path / "one_checkpoint_rank0.pt", weights_only=True)["state"]["model"]
+    s1 = torch.load(one_process_run["checkpoint"], weights_only=True)["state"]["model"]
     s2 = torch.load(tmp_path / "many_checkpoint_rank0.pt", weights_only=True)["state"]["model"]
     for name in s1:
         a, b = s1[name].float(), s2[name].float()

@@ -25,15 +25,16 @@ for arg in "$@"; do
 done
 (( paths )) || set -- tests "$@"
 
-# pytest's stderr, with its usage error (four lines: usage, the error, inifile, rootdir) as one `error:` line.
+# pytest's stderr, with its usage error (the usage, the error, inifile, rootdir) as one `error:` line.
 one_line_usage_errors() {
     trap '' INT  # Ctrl-C: pass on pytest's report to the end
     local line usage=0
     while IFS= read -r line || [[ -n $line ]]; do
         if [[ $line == "ERROR: usage: "* ]]; then
             usage=1
-        elif (( usage )) && [[ $line =~ ^[^\ ]+:\ error:\ (.*)$ ]]; then
-            echo "error: ${BASH_REMATCH[1]} (arguments go to pytest: $PY -m pytest --help lists them)"
+        elif [[ $line =~ ^(python\ -m\ pytest|[^\ ]+):\ error:\ (.*)$ ]]; then  # pytest 9.1 prints no usage line first
+            usage=1
+            echo "error: ${BASH_REMATCH[2]} (arguments go to pytest: $PY -m pytest --help lists them)"
         elif (( usage )) && [[ -z $line || $line == "  inifile:"* || $line == "  rootdir:"* ]]; then
             :
         elif [[ $line == "ERROR: file or directory not found: "* ]]; then

@@ -967,8 +967,11 @@ class NorMuonAdam:
         self._scalar["decay"].fill_(lr * lr * self.hp.adam_wd * rule.wd_mul)
         for key, value in (("beta1", beta1), ("beta2", beta2), ("eps", self.hp.adam_eps)):
             self._scalar[key].fill_(value)
-        self._adam_update(self._shard(name, self.params[name].data), grad, state["exp_avg"], state["exp_avg_sq"],
-                          *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
+        # The update is elementwise: flat tensors of one rank serve every parameter from fewer compiled graphs (one
+        # per dtype pair). detach(): same memory, but not a view, whose base's shape the graphs would guard on.
+        flat = [t.view(-1).detach() for t in (self._shard(name, self.params[name].data), grad, state["exp_avg"],
+                                              state["exp_avg_sq"])]
+        self._adam_update(*flat, *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]

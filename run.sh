@@ -7,7 +7,7 @@
 #   ./run.sh --help               # every setting
 # Steps: tools/install.sh (installs what is unmet; its interpreter, python3 or .venv/bin/python, runs every later
 # step), the data (FineWeb download / synthetic shards; none with --train_files), `train_gpt.py ... --check` (the
-# settings and, once train_gpt.py checks them, the data: a mistake stops here with one line), then the training:
+# settings and the data: a mistake stops here with one line), then the training:
 # one process (no GPU, or one) runs train_gpt.py directly; several GPUs, one process each through torchrun.
 # The data comes before --check so that the check can see it: the synthetic shards take seconds, and the FineWeb
 # download is needed by any run (kept, and skipped when present).

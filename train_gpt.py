@@ -685,6 +685,12 @@ SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touc
 NORM_SKIPS = ("embed", "value_embeds", "bigram_embed")
 
 
+def flat(t: Tensor) -> Tensor:
+    """t's memory, 1-D and not a view (whose base's shape a graph guards on): elementwise adam_update then compiles
+    one graph per dtype pair for every parameter (7 graphs for shaped ones)."""
+    return t.view(-1).detach()
+
+
 def adam_update(p: Tensor, g: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, beta1: Tensor, beta2: Tensor,
                 eps: Tensor, step_size: Tensor, decay: Tensor):
     """Adam with cautious weight decay: decay only where the update and the weight agree in sign.
@@ -794,6 +800,9 @@ class NorMuonAdam:
         self.tied = True
         maybe = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
+        self._adam_flat = {name: [flat(t) for t in (self._shard(name, self.params[name].data),
+                                                    state["exp_avg"], state["exp_avg_sq"])]
+                           for name, state in self.state.items() if PARAM_RULES[name].optim == "adam"}  # memory stays put
         # 0-D CPU tensors for per-step values, so compiled graphs do not specialize on them
         self._scalar = {k: torch.zeros(()) for k in ("step_size", "decay", "lr", "beta1", "beta2", "eps")}
 
@@ -967,11 +976,9 @@ class NorMuonAdam:
         self._scalar["decay"].fill_(lr * lr * self.hp.adam_wd * rule.wd_mul)
         for key, value in (("beta1", beta1), ("beta2", beta2), ("eps", self.hp.adam_eps)):
             self._scalar[key].fill_(value)
-        # The update is elementwise: flat tensors of one rank serve every parameter from fewer compiled graphs (one
-        # per dtype pair). detach(): same memory, but not a view, whose base's shape the graphs would guard on.
-        flat = [t.view(-1).detach() for t in (self._shard(name, self.params[name].data), grad, state["exp_avg"],
-                                              state["exp_avg_sq"])]
-        self._adam_update(*flat, *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
+        p, exp_avg, exp_avg_sq = self._adam_flat[name]
+        self._adam_update(p, flat(grad), exp_avg, exp_avg_sq,
+                          *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]

@@ -22,12 +22,10 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-# Xet transfers keep a chunk cache (up to 10 GB) and logs under ~/.cache/huggingface; plain HTTP writes only into
-# the output folder. Read when huggingface_hub is imported.
-os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
-from huggingface_hub import hf_hub_download  # noqa: E402
-from huggingface_hub.utils import LocalEntryNotFoundError  # noqa: E402
-from huggingface_hub.utils import logging as hub_logging  # noqa: E402
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import hf_hub_download
+from huggingface_hub.utils import LocalEntryNotFoundError
+from huggingface_hub.utils import logging as hub_logging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data.shards and tools.cli
@@ -58,6 +56,10 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
         raise cli.Error(f"--out {out} is a file; name a folder (it is created if missing)")
     names = shard_names(num_train_shards)
     out.mkdir(parents=True, exist_ok=True)
+    if "HF_HUB_DISABLE_XET" not in os.environ:  # the client's setting, unless the user made one; set here, not on import
+        # Xet transfers keep a chunk cache (up to 10 GB) and logs under ~/.cache/huggingface; plain HTTP writes only
+        # into the output folder
+        hub_constants.HF_HUB_DISABLE_XET = True
     cli.check_writable(out)  # before minutes of downloading
     valid, invalid = {}, {}  # name: token count / what is wrong with the file there
     for name in names:

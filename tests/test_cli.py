@@ -565,12 +565,17 @@ def test_ctrl_c_in_tokenize_removes_its_shards(tmp_path, tiny, monkeypatch, capf
 
 
 def test_ctrl_c_in_download_keeps_what_resumes(tmp_path, monkeypatch, capfd):
+    seen = []
+
     def hf_hub_download(repo_id, filename, repo_type, local_dir):
+        seen.append(download.hub_constants.HF_HUB_DISABLE_XET)  # plain HTTP: no chunk cache outside --out
         raise KeyboardInterrupt
+    monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
+    monkeypatch.setattr(download.hub_constants, "HF_HUB_DISABLE_XET", False)
     monkeypatch.setattr(download, "hf_hub_download", hf_hub_download)
     with pytest.raises(SystemExit) as e:
         download.main(["1", "--out", str(tmp_path)])
-    assert e.value.code == 130
+    assert e.value.code == 130 and seen == [True]
     assert capfd.readouterr().err.endswith("interrupted by Ctrl-C: stopped; the shards fetched so far are kept\n")
     assert list(tmp_path.iterdir()) == []
 

@@ -23,7 +23,7 @@ PROCESS_START = time.time()  # for the startup-time report
 from dataclasses import dataclass
 from pathlib import Path
 
-from data.shards import DataError, ShardError, find_shards
+from data.shards import DataError, find_shards
 from harness.settings import parse_args
 
 # -----------------------------------------------------------------------------
@@ -205,9 +205,8 @@ from torch import Tensor, nn  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
-from harness.files import WriteError  # noqa: E402
-from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch  # noqa: E402
-from harness.launch import form_group, peer_failure, read_launch  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, exit_with_one_line  # noqa: E402
+from harness.launch import form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -1686,13 +1685,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except (DataError, ShardError, NonFiniteError, Stopped, WriteError) as e:  # the message says what to do
-        sys.exit(f"error: {e}" if not isinstance(e, Stopped) else str(e))
-    except RuntimeError as e:
-        if (line := peer_failure(e)) is None:
-            raise
-        sys.exit(line)
-    except KeyboardInterrupt as e:
-        sys.exit(f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved")
+    exit_with_one_line(main)

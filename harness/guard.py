@@ -1,6 +1,6 @@
 """The training loop's safety checks: a non-finite loss or gradient is caught without per-step host syncs, the
-failing step is captured (the state before it and its batches) for tools/replay.py, and a signal stops the run at
-a step boundary where every rank agrees."""
+failing step is captured (the state before it and its batches) for tools/replay.py, a signal stops the run at
+a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
 import os
 import signal
 import sys
@@ -9,8 +9,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from data.shards import DataError, ShardError
 from harness.checkpoint import copy_tree, header, save_atomically
-from harness.launch import Watchdog
+from harness.files import WriteError
+from harness.launch import Watchdog, peer_failure
 
 
 class NonFiniteError(RuntimeError):
@@ -189,3 +191,20 @@ def capture_failure(trainer, good: dict, bad_step: int, detected_at: int) -> str
     path = os.path.join(hp.log_dir, f"{hp.run_id}_capture_rank{rt.rank}.pt")
     save_atomically(capture, path)
     return path
+
+
+def exit_with_one_line(main):
+    """Run main() and exit with its status. A failure whose message says what to do (bad data, a full disk, a
+    non-finite loss, a stop, a peer process that died, Ctrl-C) ends the process with that line, not a traceback."""
+    try:
+        sys.exit(main())
+    except (DataError, ShardError, NonFiniteError, WriteError) as e:
+        sys.exit(f"error: {e}")
+    except Stopped as e:
+        sys.exit(str(e))
+    except RuntimeError as e:
+        if (line := peer_failure(e)) is None:
+            raise
+        sys.exit(line)
+    except KeyboardInterrupt as e:
+        sys.exit(f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved")

@@ -84,7 +84,7 @@ class Hyperparameters:
     dist_timeout: float = 300.0  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
     compile: bool = True  # torch.compile the model and optimizer math
     cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
-    warmup: bool = True  # untimed compile warm-up over the schedule's transition steps, then a state reset
+    warmup: bool = True  # untimed compile and capture warm-up on each stage's first steps, then a state reset
     save_checkpoint: bool = False  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
     checkpoint_every: int = 0  # also save it every N steps (0: never)
     resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
@@ -225,6 +225,9 @@ def configure_torch():
     # Python floats reaching compiled code (GPTConfig's scales) are constants. Under dynamic=True they would be
     # symbolic, and the model's compile restarted once to specialize them: ~25% of its compile time, retraced.
     torch._dynamo.config.specialize_float = True
+    # Inductor's occupancy retry compiles smaller-block variants of reduction kernels in this process: ~5 s of a
+    # cold start for no faster step (records/enwiki-124/2026-11-26_cold-start).
+    torch._inductor.config.dynamic_scale_rblock = False
 
 
 # -----------------------------------------------------------------------------
@@ -624,8 +627,10 @@ def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
 
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
     torch.manual_seed(hp.seed)
-    model = GPT(model_config(hp, rt)).to(rt.device)
-    model.reset_rotary()  # rebuild the rotary state on the device, so YaRN updates stay there
+    # Made on its device: drawing 0.4 GB of weights and zeroing 2 GB of tables and buffers on the host took ~7 s
+    # of a GPU run's start-up. A seed's weights on a GPU are then the GPU generator's, not a CPU build's.
+    with rt.device:
+        model = GPT(model_config(hp, rt))
     if rt.distributed:
         for p in model.parameters():
             dist.broadcast(p.detach(), 0)
@@ -1355,6 +1360,13 @@ class Schedule:
                 long = self.at(s).windows[1]
         return extensions
 
+    def warmup_steps(self, micro_batches: int) -> list[int]:
+        """The first steps of each stage, enough for two of its micro-batches (a shape's first compiles, its second
+        is captured: two steps where a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even
+        and odd (Adam) steps."""
+        first = range(1 if micro_batches > 1 else 2)
+        return sorted({0, 1} | {s + d for s in self.bounds[1:-1] for d in first if s + d < self.total_steps})
+
     def stage(self, step: int) -> tuple[int, float]:
         """(stage, fraction of the way through it); steps past the end (the final validation) are the extension's."""
         for i, (lo, hi) in enumerate(zip(self.bounds, self.bounds[1:])):
@@ -1560,12 +1572,10 @@ class Trainer:
         self.set_rotary(snap["step"])
 
     def warmup(self):
-        """Untimed: compile every training shape the run will time by running the first steps and the steps
-        around each stage transition on real data, then restore the initial state. Validation graphs are
-        left to the first validation of each window setting: validation is not timed."""
-        schedule = self.schedule
-        steps = sorted({0, 1} | {s + d for s in schedule.transition_steps for d in (-2, -1, 0, 1)
-                                 if 0 <= s + d < schedule.total_steps})
+        """Untimed: compile every training shape the run will time and capture its CUDA graph by running the
+        schedule's warm-up steps on real data, then restore the initial state. Validation graphs are left to each
+        window setting's first validation (untimed)."""
+        steps = self.schedule.warmup_steps(self.rt.grad_accum_steps)
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
         self.log(f"warm-up (untimed): {work} on steps {steps}, then back to step 0; starts at "
                  f"{time.time() - PROCESS_START:.1f}s")

@@ -120,6 +120,24 @@ def test_schedule_matches_record():
     assert s.at(1490).muon_momentum == pytest.approx(0.85) and s.at(1490).stage == 3  # the final validation
     assert [s.at(n).adam for n in range(4)] == [False, True, False, True]
     # the extension keeps the last stage's batch and lr multiplier (before the cooldown's end) and its end weights
+
+
+@pytest.mark.parametrize("scheduled, extension", [(1450, 40), (120, 4), (7, 0), (3, 1)])
+def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(scheduled, extension):
+    """MicroStepGraphs compiles a shape's first micro-batch and captures its second: the warm-up must show each stage
+    (its tokens, windows and length: the graph's key) at least twice, or the timed loop would capture a graph, and
+    run an even and an odd (Adam) step. Fewer steps than that would be start-up for nothing."""
+    s = tg.Schedule(tg.Hyperparameters(num_scheduled_steps=scheduled, num_extension_steps=extension))
+    for micro_batches in (1, 2, 4, 8):
+        steps = s.warmup_steps(micro_batches)
+        assert steps == sorted(set(steps)) and 0 <= steps[0] and steps[-1] < s.total_steps
+        assert {n % 2 for n in steps} == {0, 1}
+        stages = [s.at(n).stage for n in steps]
+        for stage, (lo, hi) in enumerate(zip(s.bounds, s.bounds[1:])):  # twice, where the stage runs that long
+            need = min(2, (hi - lo) * micro_batches)
+            assert stages.count(stage) * micro_batches >= need, f"stage {stage} seen once at {micro_batches} micro-batches"
+        expected = 2 + (len(s.bounds) - 2 - (extension == 0)) * (1 if micro_batches > 1 else 2)
+        assert len(steps) <= expected, steps
     assert s.at(1460).micro_batch_tokens == 49152 and s.at(1460).mtp_weights == s.at(1449).mtp_weights
 
 

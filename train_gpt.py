@@ -60,6 +60,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
+    fp8_mlp: bool = False  # FP8 (e4m3) MLP up-projection forward on CUDA; False: the seed's exact math
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -155,10 +156,10 @@ def validate(hp: Hyperparameters):
     need(hp.num_heads * hp.head_dim == hp.model_dim and hp.num_heads % 2 == 0 and hp.head_dim % 4 == 0,
          f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, with an even "
          f"number of heads of a multiple of 4 channels, e.g. --num_heads {heads} --head_dim {hp.model_dim // heads}")
-    if hp.fp8_head and hp.device != "cpu":  # FP8 matmuls (cuBLASLt) need sizes in multiples of 16
+    if (hp.fp8_head or hp.fp8_mlp) and hp.device != "cpu":  # FP8 matmuls (cuBLASLt, TMA) need 16-byte rows
         need(hp.model_dim % 16 == 0 and all(t % 16 == 0 for t in hp.micro_batch_tokens),
-             f"the FP8 LM head needs --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} "
-             "in multiples of 16; change them or pass --fp8_head False")
+             f"FP8 matmuls need --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} in "
+             "multiples of 16; change them or pass --fp8_head False --fp8_mlp False")
     for name in ("adam_lr", "muon_lr"):
         need(0 < getattr(hp, name) <= 1, f"--{name} {getattr(hp, name)} must be in (0, 1], e.g. {getattr(Hyperparameters(), name)}")
     need(0 < hp.adam_eps < 1, f"--adam_eps {hp.adam_eps} must be in (0, 1), e.g. 1e-10")
@@ -214,7 +215,7 @@ from kernels.attention import Attention, attend, select_attention  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
 from kernels.polar_express import polar_express  # noqa: E402
-from kernels.relu_square import relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
+from kernels.relu_square import relu_square_mlp_fp8, relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
 from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
 
@@ -297,6 +298,7 @@ class GPTConfig:
     attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
+    fp8_mlp: bool = False  # that kernel's first matmul in FP8 (needs fused_mlp)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -526,7 +528,8 @@ class GPT(nn.Module):
         x0_lam = self.x0_lambdas.bfloat16().unbind(0)
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
-        mlp = (lambda *a: relu_square_mlp_op(*a)[0]) if cfg.fused_mlp else relu_square_mlp_reference
+        mlp = (relu_square_mlp_fp8 if cfg.fp8_mlp else (lambda *a: relu_square_mlp_op(*a)[0])) if cfg.fused_mlp \
+            else relu_square_mlp_reference
         # Value-embedding table k is rows k*V.. of one parameter
         n_ve = len(cfg.value_embed_layers)
         rows = inputs + V * torch.arange(n_ve, device=inputs.device)[:, None]  # (n_ve, T)
@@ -616,7 +619,8 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                      attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                     fused_mlp=rt.device.type == "cuda", loss_scale=1 / rt.grad_accum_steps)
+                     fused_mlp=rt.device.type == "cuda", fp8_mlp=hp.fp8_mlp and rt.device.type == "cuda",
+                     loss_scale=1 / rt.grad_accum_steps)
 
 
 def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
@@ -1675,13 +1679,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             log(data.report)
             trainer = Trainer(hp, rt, schedule, data, log, stop)
-            log(f"attention: {rt.attention.description}")
-            for note in rt.attention.skipped:
-                log(f"attention: skipped {note}")
-            if rt.device.type != "cuda":
-                log("device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
-            else:
-                log(f"FP8 LM head: {trainer.model.cfg.fp8_head}; CUDA graphs: {hp.cuda_graphs}")
+            for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
+                log(f"attention: {line}")
+            cfg = trainer.model.cfg  # the numerics that ran
+            log(f"FP8 LM head: {cfg.fp8_head}; FP8 MLP: {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if cfg.fused_mlp
+                else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)
             log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}", console=False)

@@ -31,7 +31,7 @@ from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_tr
                                xtx_triton, xxt_reference, xxt_triton)
 from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
                                transpose_copy_reference, transpose_copy_triton)
-from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
+from kernels.relu_square import (E4M3, E4M3_MAX, MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
                                  relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
 
@@ -297,6 +297,14 @@ MLP_TOKENS = [16384, 32768, 49152]
 MLP_DIM, MLP_HIDDEN = 768, 3072
 MLP_CANDIDATES = [MLPConfig(128, 256, 64, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 64, 4, 4),
                   MLPConfig(128, 128, 64, 4, 8), MLPConfig(256, 128, 64, 3, 8)]
+MLP_FP8_CANDIDATES = [MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 128, 4, 8),
+                      MLPConfig(256, 128, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8)]
+
+
+def _fp8_operands(x, w_in):
+    """relu_square_mlp_fp8's e4m3 operands and scale, made outside the timing (training fuses the casts)."""
+    scale = w_in.abs().amax().float() / E4M3_MAX
+    return x.to(E4M3), (w_in / scale).to(E4M3), scale
 
 
 def _mlp_inputs(tokens):
@@ -315,6 +323,11 @@ def bench_relu_square(peaks: Peaks):
         shape, flops = (tokens, MLP_DIM, MLP_HIDDEN), 2 * tokens * MLP_DIM * MLP_HIDDEN
         rows.append(compare_row("relu(x w_inᵀ)²", shape, time_ms(lambda: matmul_relu_square_triton(x, w_in)),
                                 time_ms(lambda: torch.relu(x @ w_in.T).square()), flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+        x8, w8, scale = _fp8_operands(x, w_in)
+        rows.append(compare_row("FP8 relu(x w_inᵀ)² (torch: the bf16 kernel)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(x8, w8, scale=scale)),
+                                time_ms(lambda: matmul_relu_square_triton(x, w_in)), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
         rows.append(compare_row("(g w_outᵀ)·2relu(pre)", shape,
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)),
@@ -339,12 +352,14 @@ def sweep_relu_square(peaks: Peaks):
     x, grad_out, bank, _, post = _mlp_inputs(tokens)
     flops = 2 * tokens * MLP_DIM * MLP_HIDDEN
     rows = []
+    x8, w8, scale = _fp8_operands(x, bank[0])
     for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
-                                                                                 config=config))]:
+                                                                                 config=config)),
+                           ("forward_fp8", lambda config: matmul_relu_square_triton(x8, w8, config=config, scale=scale))]:
         table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
-        for config in MLP_CANDIDATES:
+        for config in MLP_FP8_CANDIDATES if direction == "forward_fp8" else MLP_CANDIDATES:
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"
             try:
                 ms = time_ms(lambda: run(config), rep_ms=40)

@@ -8,6 +8,10 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
     backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
               dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
+FP8 forward (--fp8_mlp): the first matmul reads e4m3 copies of x and w_in, x unscaled (an RMS-normed row has
+no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448; the epilogue multiplies that
+scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8 up-projection: record #84).
+
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
 epilogue's writes and the activation memory against saving both pre and post.
@@ -46,8 +50,10 @@ def _matmul_relu_square_kernel(
     a_desc, b_desc,  # A (M, K), B (N, K): the kernel computes acc = A @ Bᵀ
     out_desc,        # (M, N) output: relu(acc)² forward, acc·2·sqrt(post) backward
     post_desc,       # (M, N) the forward's output, read in the backward only
+    scale_ptr,       # fp32 scalar multiplying acc (SCALED: FP8 operands)
     M, N, K, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
+    SCALED: tl.constexpr,
 ):
     tiles_n = tl.cdiv(N, BLOCK_N)
     num_tiles = tl.cdiv(M, BLOCK_M) * tiles_n
@@ -60,6 +66,8 @@ def _matmul_relu_square_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for off_k in range(0, K, BLOCK_K):  # TMA zero-fills past K, M and N
             acc = tl.dot(a_desc.load([off_m, off_k]), b_desc.load([off_n, off_k]).T, acc)
+        if SCALED:
+            acc = acc * tl.load(scale_ptr)
         # Store in two column halves: staging half a tile in shared memory leaves room for more
         # mainloop stages.
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
@@ -87,6 +95,7 @@ MLP_CONFIGS = {
     SM90: {
         ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
         ("backward", 3072, 768): MLPConfig(128, 256, 64, 3, 8),
+        ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
     },
 }
 # Fallback (other GPUs and shapes, the interpreter), untuned: half the tuned tile, so it needs less shared memory.
@@ -101,27 +110,30 @@ def mlp_config(device: torch.device, direction: str, N: int, K: int) -> MLPConfi
 # Host wrapper, autograd Function, reference
 
 def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tensor | None = None,
-                              config: MLPConfig | None = None):
-    """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post)."""
+                              config: MLPConfig | None = None, scale: torch.Tensor | None = None,
+                              out_dtype: torch.dtype = torch.bfloat16):
+    """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post).
+    scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1], \
         f"need a (M, K), b (N, K); got {tuple(a.shape)}, {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous(), "a and b must be contiguous, one dtype"
     (M, K), N = a.shape, b.shape[0]
     assert K * a.element_size() % 16 == 0 and N * a.element_size() % 16 == 0, "TMA needs rows of 16·n bytes"
-    backward = post is not None
+    backward, fp8 = post is not None, scale is not None
+    assert fp8 == (a.dtype == torch.float8_e4m3fn) and not (fp8 and backward), "scale goes with e4m3 a, b (forward)"
     if backward:
         assert post.shape == (M, N) and post.dtype == a.dtype and post.is_contiguous(), \
             "post must be the forward's (M, N) output"
-    out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    direction = "backward" if backward else "forward"
+    out = torch.empty(M, N, dtype=out_dtype if fp8 else a.dtype, device=a.device)
+    direction = "backward" if backward else "forward_fp8" if fp8 else "forward"
     block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
     out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
     post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
     num_programs = min(sm_count(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
     _matmul_relu_square_kernel[(num_programs,)](
         TensorDescriptor.from_tensor(a, [block_m, block_k]), TensorDescriptor.from_tensor(b, [block_n, block_k]),
-        out_desc, post_desc, M, N, K, num_programs,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward,
+        out_desc, post_desc, scale if fp8 else out, M, N, K, num_programs,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward, SCALED=fp8,
         num_stages=num_stages, num_warps=num_warps,
     )
     return out
@@ -158,7 +170,7 @@ def _(grad, x, w_in, w_out, post):
 
 
 def _mlp_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs, output[1])
+    ctx.save_for_backward(*inputs[:3], output[1])  # x, w_in, w_out (bf16) and post
 
 
 def _mlp_backward(ctx, grad, _):
@@ -167,6 +179,44 @@ def _mlp_backward(ctx, grad, _):
 
 
 relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
+
+E4M3, E4M3_MAX = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
+
+
+@torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
+def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
+                           w_in8: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32);
+    the backward is the bf16 one, from x, w_in and w_out."""
+    post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
+    return post @ w_out, post
+
+
+@relu_square_mlp_fp8_op.register_fake
+def _(x, w_in, w_out, x8, w_in8, w_scale):
+    return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
+
+
+def _mlp_fp8_backward(ctx, grad, post_grad):
+    return *_mlp_backward(ctx, grad, post_grad), None, None, None  # the FP8 copies and the scale get none
+
+
+relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_setup)
+
+
+def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
+    """The MLP of x (T, D) with its first matmul in FP8. x is cast unscaled (|x| must stay below 448: the
+    model's normed rows do), w_in scaled by its amax; under torch.compile the casts fuse into the kernels making
+    x and w_in."""
+    w_scale = w_in.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny) / E4M3_MAX
+    return relu_square_mlp_fp8_op(x, w_in, w_out, x.to(E4M3), (w_in / w_scale).to(E4M3), w_scale)[0]
+
+
+def relu_square_mlp_fp8_reference(x, w_in, w_out):
+    """relu_square_mlp_fp8's math in PyTorch: the same e4m3 roundings, then fp32 for the rest (any device)."""
+    w_scale = w_in.abs().amax().float() / E4M3_MAX
+    pre = x.to(E4M3).float() @ ((w_in / w_scale).to(E4M3).float().T * w_scale)
+    return torch.relu(pre).square() @ w_out.float()
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

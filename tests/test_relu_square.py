@@ -9,7 +9,7 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 import pytest
 import torch
 
-from kernels.relu_square import relu_square_mlp, relu_square_mlp_op, relu_square_mlp_reference
+from kernels.relu_square import relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_op, relu_square_mlp_reference
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -56,3 +56,36 @@ def test_public_dispatch_keeps_batched_shapes():
     x, w_in, w_out = x.to(dtype), w_in.to(dtype), w_out.to(dtype)
     ref = relu_square_mlp_reference(x.double(), w_in.double(), w_out.double())
     check(relu_square_mlp(x, w_in, w_out), ref, 2e-2, 2e-2, "out")
+
+
+# (T, D, H): FP8 rows are D and H bytes, which TMA needs in multiples of 16
+FP8_SHAPES = [(1, 64, 96), (7, 48, 272), (129, 768, 384),
+              pytest.param(1000, 768, 3072, marks=GPU_ONLY), pytest.param(16384, 768, 3072, marks=GPU_ONLY)]
+
+
+@pytest.mark.parametrize("tokens,dim,hidden", FP8_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
+    """relu_square_mlp_fp8 (--fp8_mlp): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
+    backward the unquantized formulas from x, w_in, w_out and that forward's post. Reference: the same roundings in
+    fp64. (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
+    e4m3 = torch.float8_e4m3fn
+    x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
+    bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
+                        torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype).requires_grad_()
+    out = relu_square_mlp_fp8(x, *bank.unbind(0))
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+
+    x64, w_in, w_out, g = x.detach().double(), bank[0].detach().double(), bank[1].detach().double(), grad_out.double()
+    scale = bank[0].detach().abs().amax().float() / torch.finfo(e4m3).max
+    pre = x.detach().to(e4m3).double() @ ((bank[0].detach() / scale).to(e4m3).double() * scale.double()).T
+    post = torch.relu(pre).square()
+    d_pre = (g @ w_out.T) * 2 * torch.relu(pre)
+    check(out, post @ w_out, 2e-2, 2e-2, "out")
+    check(x.grad, d_pre @ w_in, 2e-2, 2e-2, "grad x")
+    check(bank.grad[0], d_pre.T @ x64, 2e-2, 2e-2, "grad w_in")
+    check(bank.grad[1], post.T @ g, 2e-2, 2e-2, "grad w_out")
+    # the FP8 forward stays within e4m3's error of the bf16 MLP (3 mantissa bits on each operand)
+    exact = relu_square_mlp_reference(x64, w_in, w_out)
+    assert (out.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 output far from the exact MLP"

@@ -60,7 +60,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_mlp: bool = False  # FP8 (e4m3) MLP up-projection forward on CUDA; False: the seed's exact math
+    fp8_mlp: bool = False  # FP8 (e4m3) MLP up-projection forward on CUDA; False: the record's bf16 math
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -298,7 +298,7 @@ class GPTConfig:
     attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
-    fp8_mlp: bool = False  # that kernel's first matmul in FP8 (needs fused_mlp)
+    fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -1681,8 +1681,8 @@ def main(argv: list[str] | None = None) -> int:
             trainer = Trainer(hp, rt, schedule, data, log, stop)
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
-            cfg = trainer.model.cfg  # the numerics that ran
-            log(f"FP8 LM head: {cfg.fp8_head}; FP8 MLP: {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if cfg.fused_mlp
+            cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
+            log(f"FP8 LM head: {cfg.fp8_head}; FP8 MLP: {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if gpu
                 else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)

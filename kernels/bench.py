@@ -31,7 +31,7 @@ from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_tr
                                xtx_triton, xxt_reference, xxt_triton)
 from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
                                transpose_copy_reference, transpose_copy_triton)
-from kernels.relu_square import (E4M3, E4M3_MAX, MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
+from kernels.relu_square import (MLPConfig, fp8_operands, matmul_relu_square_triton, mlp_config, relu_square_mlp,
                                  relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
 
@@ -301,12 +301,6 @@ MLP_FP8_CANDIDATES = [MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 64, 4,
                       MLPConfig(256, 128, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8)]
 
 
-def _fp8_operands(x, w_in):
-    """relu_square_mlp_fp8's e4m3 operands and scale, made outside the timing (training fuses the casts)."""
-    scale = w_in.abs().amax().float() / E4M3_MAX
-    return x.to(E4M3), (w_in / scale).to(E4M3), scale
-
-
 def _mlp_inputs(tokens):
     x = torch.randn(tokens, MLP_DIM, device=DEVICE, dtype=torch.bfloat16)
     grad_out = torch.randn_like(x)
@@ -324,7 +318,7 @@ def bench_relu_square(peaks: Peaks):
         rows.append(compare_row("relu(x w_inᵀ)²", shape, time_ms(lambda: matmul_relu_square_triton(x, w_in)),
                                 time_ms(lambda: torch.relu(x @ w_in.T).square()), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
-        x8, w8, scale = _fp8_operands(x, w_in)
+        x8, w8, scale = fp8_operands(x, w_in)  # made outside the timing: training fuses the casts
         rows.append(compare_row("FP8 relu(x w_inᵀ)² (torch: the bf16 kernel)", shape,
                                 time_ms(lambda: matmul_relu_square_triton(x8, w8, scale=scale)),
                                 time_ms(lambda: matmul_relu_square_triton(x, w_in)), flops, "TFLOP/s",
@@ -352,7 +346,7 @@ def sweep_relu_square(peaks: Peaks):
     x, grad_out, bank, _, post = _mlp_inputs(tokens)
     flops = 2 * tokens * MLP_DIM * MLP_HIDDEN
     rows = []
-    x8, w8, scale = _fp8_operands(x, bank[0])
+    x8, w8, scale = fp8_operands(x, bank[0])
     for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                  config=config)),

@@ -86,11 +86,12 @@ class MLPConfig(NamedTuple):
     num_warps: int
 
 
-# Configs by device, then (pass, N, K): the weight is (N, K) = (3072, 768) in both passes. Tuned on one H100 for
+# Configs by device, then (pass, N, K): the weight is (N, K) = (3072, 768) in every pass. Tuned on one H100 for
 # x (16384 or 49152, 768) @ (3072, 768)ᵀ over 5 candidates (python -m kernels.bench --sweep): 128x256x64 and
 # 256x128x64 tiles came within 3% of each other, the forward within 6% of a bare cuBLAS matmul of the same shape
 # (records/kernels/2026-11-21_relu-square). The token count M is not in the key: one config serves every stage's
-# (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages.
+# (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages. The FP8
+# forward's 128-wide K tiles (128 bytes) were the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection).
 MLP_CONFIGS = {
     SM90: {
         ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
@@ -204,19 +205,17 @@ def _mlp_fp8_backward(ctx, grad, post_grad):
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_setup)
 
 
+def fp8_operands(x: torch.Tensor, w_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """e4m3 x (unscaled: |x| must stay below 448, as the model's normed rows do), e4m3 w_in / scale, and that scale
+    (0-d fp32: amax(|w_in|) / 448, never zero or subnormal)."""
+    scale = (w_in.abs().amax().float() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    return x.to(E4M3), (w_in / scale).to(E4M3), scale
+
+
 def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
-    """The MLP of x (T, D) with its first matmul in FP8. x is cast unscaled (|x| must stay below 448: the
-    model's normed rows do), w_in scaled by its amax; under torch.compile the casts fuse into the kernels making
-    x and w_in."""
-    w_scale = w_in.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny) / E4M3_MAX
-    return relu_square_mlp_fp8_op(x, w_in, w_out, x.to(E4M3), (w_in / w_scale).to(E4M3), w_scale)[0]
-
-
-def relu_square_mlp_fp8_reference(x, w_in, w_out):
-    """relu_square_mlp_fp8's math in PyTorch: the same e4m3 roundings, then fp32 for the rest (any device)."""
-    w_scale = w_in.abs().amax().float() / E4M3_MAX
-    pre = x.to(E4M3).float() @ ((w_in / w_scale).to(E4M3).float().T * w_scale)
-    return torch.relu(pre).square() @ w_out.float()
+    """The MLP of x (T, D) with its first matmul in FP8; under torch.compile the casts fuse into the kernels making x
+    and w_in."""
+    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in))[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

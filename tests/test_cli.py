@@ -571,7 +571,7 @@ def test_ctrl_c_in_download_keeps_what_resumes(tmp_path, monkeypatch, capfd):
         seen.append(download.hub_constants.HF_HUB_DISABLE_XET)  # plain HTTP: no chunk cache outside --out
         raise KeyboardInterrupt
     monkeypatch.delenv("HF_HUB_DISABLE_XET", raising=False)
-    monkeypatch.setattr(download.hub_constants, "HF_HUB_DISABLE_XET", False)
+    monkeypatch.setattr(download.hub_constants, "HF_HUB_DISABLE_XET", False, raising=False)
     monkeypatch.setattr(download, "hf_hub_download", hf_hub_download)
     with pytest.raises(SystemExit) as e:
         download.main(["1", "--out", str(tmp_path)])

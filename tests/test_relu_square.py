@@ -9,7 +9,8 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 import pytest
 import torch
 
-from kernels.relu_square import relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_op, relu_square_mlp_reference
+from kernels.relu_square import (fp8_operands, relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_fp8_op,
+                                 relu_square_mlp_op, relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -69,7 +70,6 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
     """relu_square_mlp_fp8 (--fp8_mlp): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
     backward the unquantized formulas from x, w_in, w_out and that forward's post. Reference: the same roundings in
     fp64. (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
-    e4m3 = torch.float8_e4m3fn
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
     bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
                         torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype).requires_grad_()
@@ -78,11 +78,14 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
     out.backward(grad_out)
 
     x64, w_in, w_out, g = x.detach().double(), bank[0].detach().double(), bank[1].detach().double(), grad_out.double()
-    scale = bank[0].detach().abs().amax().float() / torch.finfo(e4m3).max
-    pre = x.detach().to(e4m3).double() @ ((bank[0].detach() / scale).to(e4m3).double() * scale.double()).T
+    x8, w8, scale = fp8_operands(x.detach(), bank[0].detach())
+    assert x8.dtype == w8.dtype == torch.float8_e4m3fn and scale == bank[0].detach().abs().max().float() / 448
+    pre = x8.double() @ (w8.double() * scale.double()).T
     post = torch.relu(pre).square()
     d_pre = (g @ w_out.T) * 2 * torch.relu(pre)
     check(out, post @ w_out, 2e-2, 2e-2, "out")
+    check(relu_square_mlp_fp8_op(x.detach(), *bank.detach().unbind(0), x8, w8, scale)[1], post, 2e-2, 2e-2,
+          "post (saved for backward)")
     check(x.grad, d_pre @ w_in, 2e-2, 2e-2, "grad x")
     check(bank.grad[0], d_pre.T @ x64, 2e-2, 2e-2, "grad w_in")
     check(bank.grad[1], post.T @ g, 2e-2, 2e-2, "grad w_out")

@@ -120,6 +120,7 @@ def test_schedule_matches_record():
     assert s.at(1490).muon_momentum == pytest.approx(0.85) and s.at(1490).stage == 3  # the final validation
     assert [s.at(n).adam for n in range(4)] == [False, True, False, True]
     # the extension keeps the last stage's batch and lr multiplier (before the cooldown's end) and its end weights
+    assert s.at(1460).micro_batch_tokens == 49152 and s.at(1460).mtp_weights == s.at(1449).mtp_weights
 
 
 @pytest.mark.parametrize("scheduled, extension", [(1450, 40), (120, 4), (7, 0), (3, 1)])
@@ -138,7 +139,6 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
             assert stages.count(stage) * micro_batches >= need, f"stage {stage} seen once at {micro_batches} micro-batches"
         expected = 2 + (len(s.bounds) - 2 - (extension == 0)) * (1 if micro_batches > 1 else 2)
         assert len(steps) <= expected, steps
-    assert s.at(1460).micro_batch_tokens == 49152 and s.at(1460).mtp_weights == s.at(1449).mtp_weights
 
 
 # --- model -----------------------------------------------------------------------------------

@@ -1369,7 +1369,7 @@ class Schedule:
         is captured: two steps where a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even
         and odd (Adam) steps."""
         first = range(1 if micro_batches > 1 else 2)
-        return sorted({0, 1} | {s + d for s in self.bounds[1:-1] for d in first if s + d < self.total_steps})
+        return sorted({0, 1} | {s + d for s in self.transition_steps for d in first if s + d < self.total_steps})
 
     def stage(self, step: int) -> tuple[int, float]:
         """(stage, fraction of the way through it); steps past the end (the final validation) are the extension's."""

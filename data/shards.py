@@ -117,11 +117,11 @@ def find_shards(pattern: str, what: str) -> list[Path]:
     literal = folder and os.path.isdir(folder)
     files = sorted(Path(f) for f in glob.glob(os.path.join(glob.escape(folder), name) if literal else pattern))
     if not files:
-        fix = ("download them with `python3 data/download.py`, or point --{what}_files at your .bin shards"
+        fix = (f"download them with `python3 data/download.py`, or point --{what}_files at your .bin shards"
                if "fineweb10B" in pattern else  # the default FineWeb glob
                f"the folder {folder!r} does not exist" if folder and not os.path.isdir(folder) else
                "check the file names and the glob's quotes (an unquoted * is expanded by the shell)")
-        raise DataError(f"no {what} shards match {pattern!r}; " + fix.format(what=what))
+        raise DataError(f"no {what} shards match {pattern!r}; {fix}")
     for f in files:
         if not f.is_file():
             raise DataError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "

@@ -14,8 +14,12 @@ from harness.files import write_atomically
 FORMAT = 1  # of the checkpoint and capture files; a file of another format is refused, not guessed at
 # Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
 RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "dist_timeout", "compile", "cuda_graphs", "warmup",
-                     "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "resume",
-                     "overwrite"}
+                     "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "overwrite"}
+
+
+def settings_from(cls, config: dict):
+    """The settings a checkpoint or capture saved (tuples come back from the file as lists)."""
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
 
 
 def save_atomically(obj, path: str):
@@ -114,14 +118,14 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
         odd = sorted(set(checkpoint["config"]) ^ fields)
         raise SystemExit(f"error: {path} was written with other settings ({', '.join(odd)}) by another version of "
                          "train_gpt.py; resume it with the version that wrote it")
-    saved = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in checkpoint["config"].items()})
+    saved = settings_from(cls, checkpoint["config"])
     for name in sorted(given - {"resume"}):
         now, was = getattr(settings, name), getattr(saved, name)
         if name in RESUME_MAY_CHANGE:
             setattr(saved, name, now)
         elif now != was:
             raise SystemExit(f"error: --{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
-                             f"settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE - {'resume'}))})")
+                             f"settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE))})")
     saved.resume = settings.resume
     weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
     expected = shapes(saved)

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
-from harness.checkpoint import read_file  # noqa: E402
+from harness.checkpoint import read_file, settings_from  # noqa: E402
 from tools import cli  # noqa: E402
 
 
@@ -80,7 +80,7 @@ def replay(path: str, device: str) -> int:
     except SystemExit as e:  # status 2 here: 1 means the failure reproduced
         raise cli.Error(str(e.code).removeprefix("error: ")) from None
     try:
-        saved = tg.Hyperparameters(**{k: tuple(v) if isinstance(v, list) else v for k, v in capture["config"].items()})
+        saved = settings_from(tg.Hyperparameters, capture["config"])
     except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
         raise cli.Error(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
                         "version's code (its log holds it)") from None

@@ -1299,8 +1299,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
             mid = (fits + too_many) // 2
             fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
         fits = fits if fits >= Schedule.NUM_STAGES else None
-        lengths = np.diff(np.concatenate([np.append(b, n) for b, n in zip(bos, sizes)]))
-        lengths = lengths[lengths > 0]
+        lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(bos, sizes)])  # documents, shard by shard
         longest = max(hp.stage_seq_lens)
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
                      f"of at most {longest} tokens, the rest skipped: split them when tokenizing "

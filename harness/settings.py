@@ -2,6 +2,7 @@
 validated as a whole. Imports nothing heavy: --help, --check and setting errors answer before torch loads."""
 import dataclasses
 import inspect
+import math
 import re
 from ast import literal_eval
 
@@ -35,7 +36,16 @@ def parse_value(name: str, text: str, default):
     if type(value) is not type(default):
         kind = type(default).__name__
         raise SystemExit(f"error: --{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {text!r}")
+    if not all(math.isfinite(v) for v in _numbers(value)):  # 1e999 parses as inf
+        raise SystemExit(f"error: --{name} {value!r} must be finite")
     return value
+
+
+def _numbers(value) -> list:
+    """The floats and ints in a value, through nested tuples."""
+    if isinstance(value, tuple):
+        return [x for v in value for x in _numbers(v)]
+    return [value] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
 
 
 def parse_args(argv: list[str], cls, validate, check=None):

@@ -1,5 +1,5 @@
 """Writing files so that a failure is one clear line: the path and the cause, no partial file left, the previous
-good file kept."""
+good file kept. No torch: the data/ and tools/ programs use it too."""
 import os
 import tempfile
 
@@ -24,13 +24,12 @@ def write_atomically(path: str, data) -> None:
         raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
 
 
-def check_writable(folder: str, what: str) -> None:
-    """Create `folder` if needed and write and remove a probe file in it, so that a folder that cannot take the run's
-    files (read-only, not a folder, full) is refused before the expensive start-up."""
+def check_writable(folder) -> None:
+    """Create and remove a probe file in `folder` (which exists), so that a folder that cannot take files (read-only,
+    without permission, not a folder) is refused before the long work, with an OSError naming `folder` whichever
+    call failed. The trainer and the data/ and tools/ programs each phrase it in their own one line."""
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe"):
+        with tempfile.TemporaryFile(dir=folder):  # unnamed where the file system allows: nothing left if killed
             pass
     except OSError as e:
-        raise WriteError(f"{what} {folder!r} cannot hold the run's files ({e.strerror or e}); choose another "
-                         "folder") from None
+        raise OSError(e.errno, e.strerror, str(folder)) from None

@@ -61,7 +61,12 @@ class Logger:
 def check_log_place(settings):
     """Before the start-up: --log_dir can hold the run's files, and --run_id names no other run's log (a resumed run
     appends to its own; --overwrite replaces another's)."""
-    check_writable(settings.log_dir, "--log_dir")
+    try:
+        os.makedirs(settings.log_dir, exist_ok=True)
+        check_writable(settings.log_dir)
+    except OSError as e:
+        raise WriteError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
+                         "another folder") from None
     taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
     if settings.run_id and not settings.resume and not settings.overwrite and taken.exists():
         raise SystemExit(f"error: --run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "

@@ -3,7 +3,7 @@
 A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
 the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
 Ctrl-C ends with one line and status 130, after the program's clean-up. Never a traceback: those are for bugs.
-Standard library only, so that the data tools use it without torch.
+No torch: the data tools use it.
 """
 import argparse
 import errno
@@ -11,8 +11,9 @@ import functools
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
+
+from harness.files import check_writable
 
 
 class Error(Exception):
@@ -116,15 +117,6 @@ def finite(low: float = 0.0, *, above: bool = True):
         except ValueError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
     return parse
-
-
-def check_writable(folder: Path):
-    """Fail now, not after the long work, when nothing can be created in `folder` (which exists)."""
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, str(folder)) from None
 
 
 def check_output(path, inputs=()) -> Path:

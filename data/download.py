@@ -30,7 +30,7 @@ from huggingface_hub.utils import logging as hub_logging
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import HEADER_BYTES, ShardError, read_header  # noqa: E402
-from harness.files import check_writable  # noqa: E402
+from harness.files import check_output_folder, check_writable  # noqa: E402
 from tools import cli  # noqa: E402
 
 HUB_REPO = "kjj0/fineweb10B-gpt2"
@@ -52,9 +52,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
     Raises cli.Error (or OSError) with what failed and how to retry when a file cannot be fetched; what the hub
     client keeps in out/.cache after a failure is only a partial file to resume, and the message says so.
     """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise cli.Error(f"--out {out} is a file; name a folder (it is created if missing)")
+    out = check_output_folder(out, "--out")
     names = shard_names(num_train_shards)
     out.mkdir(parents=True, exist_ok=True)
     if "HF_HUB_DISABLE_XET" not in os.environ:  # the client's setting, unless the user made one; set here, not on import

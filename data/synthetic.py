@@ -18,7 +18,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import MAX_TOKENS, ShardError, atomic_write, read_header, write_shard  # noqa: E402
-from harness.files import check_writable  # noqa: E402
+from harness.files import check_output_folder, check_writable  # noqa: E402
 from tools import cli  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100
@@ -95,9 +95,7 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
     if max(val_tokens, -(-train_tokens // train_shards)) > MAX_TOKENS:
         raise cli.Error(f"a shard holds at most {MAX_TOKENS:,} tokens: lower --val_tokens, or raise --train_shards "
                         "for these --train_tokens")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise cli.Error(f"--out {out} is a file; name a folder (it is created if missing)")
+    out = check_output_folder(out, "--out")
     train_paths, val_path = shard_paths(out, train_shards)
     stale = sorted(set(out.glob("synthetic_train_*.bin")) - set(train_paths))
     if stale:

@@ -43,7 +43,7 @@ import tiktoken
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import MAX_TOKENS, write_shard  # noqa: E402
-from harness.files import check_writable  # noqa: E402
+from harness.files import check_output_folder, check_writable  # noqa: E402
 from tools import cli  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
@@ -161,9 +161,7 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
     if not PLAIN_NAME.fullmatch(prefix):  # a '/' or '..' would write outside --out
         raise cli.Error(f"--prefix {prefix!r} must be a plain file name (letters, digits, '.', '_', '-'); "
                         "--out sets the folder")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise cli.Error(f"--out {out} is a file; name a folder (it is created if missing)")
+    out = check_output_folder(out, "--out")
     existing = sorted(out.glob(f"{prefix}_*.bin"))
     if existing:  # mixing old and new shards under one glob would silently change the data
         raise cli.Error(f"{out} already holds {prefix}_*.bin shards ({existing[0].name} ...); "

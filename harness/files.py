@@ -2,12 +2,13 @@
 good file kept. No torch: the data/ and tools/ programs use it too."""
 import os
 import tempfile
+from pathlib import Path
 
 from data.shards import atomic_write
 
 
 class WriteError(OSError):
-    """A file of the run could not be written; the message names the path and the cause."""
+    """A file could not be written where it was asked for; the message names the path and the cause."""
 
 
 def write_atomically(path: str, data) -> None:
@@ -22,6 +23,15 @@ def write_atomically(path: str, data) -> None:
         atomic_write(path, write)
     except OSError as e:
         raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
+
+
+def check_output_folder(folder, option: str) -> Path:
+    """The output folder that `option` (e.g. --out) names, as a Path; refused when something other than a folder
+    has that name. The programs create the folder where it is missing."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise WriteError(f"{option} {folder} is a file; name a folder (it is created if missing)")
+    return folder
 
 
 def check_writable(folder) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.files import WriteError, check_writable
+from harness.files import WriteError, check_output_folder, check_writable
 
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
@@ -61,6 +61,7 @@ class Logger:
 def check_log_place(settings):
     """Before the start-up: --log_dir can hold the run's files, and --run_id names no other run's log (a resumed run
     appends to its own; --overwrite replaces another's)."""
+    check_output_folder(settings.log_dir, "--log_dir")
     try:
         os.makedirs(settings.log_dir, exist_ok=True)
         check_writable(settings.log_dir)

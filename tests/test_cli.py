@@ -24,6 +24,7 @@ import torch
 
 import data.shards
 from data.shards import read_header, write_shard
+from tools import cli
 
 REPO = Path(__file__).resolve().parents[1]
 download = importlib.import_module("data.download")
@@ -411,6 +412,20 @@ def test_replay_refuses_with_status_2(tmp_path, capfd, monkeypatch, content, wor
     elif content is not None:
         torch.save(content, path)
     refused(capfd, replay.main, [str(path), "--device", "cpu"], tmp_path, words, status=2)
+
+
+def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd):
+    """train_gpt.py and harness/ refuse with SystemExit("error: ..."): the line comes out with the program's status
+    (replay's 2, as its own refusals); an exit with a status (--help's 0, argparse's 2) passes as it is."""
+    @cli.program(error_status=2)
+    def main(argv):
+        raise SystemExit(argv)
+    refused(capfd, main, "error: --device cuda was requested but CUDA is not available", tmp_path,
+            ["error: --device cuda was requested"], status=2)
+    for status in (0, 2):
+        with pytest.raises(SystemExit) as e:
+            main(status)
+        assert e.value.code == status and capfd.readouterr().err == ""
 
 
 # -----------------------------------------------------------------------------

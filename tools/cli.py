@@ -49,8 +49,9 @@ def fail(message: str, status: int = 1):
 
 
 def program(main=None, *, error_status: int = 1):
-    """Decorate main(argv): an Error or OSError becomes the one `error:` line and exit status `error_status`;
-    Ctrl-C (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
+    """Decorate main(argv): an Error, an OSError or a refusal by train_gpt.py's or harness/'s code (their
+    SystemExit("error: ...")) becomes the one `error:` line and exit status `error_status`; Ctrl-C
+    (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
     if main is None:
         return functools.partial(program, error_status=error_status)
 
@@ -60,6 +61,10 @@ def program(main=None, *, error_status: int = 1):
             return main(argv)
         except Error as e:
             fail(str(e), error_status)
+        except SystemExit as e:  # --help, fail() and argparse exit with a status, not a line: those pass on
+            if not (isinstance(e.code, str) and e.code.startswith("error: ")):
+                raise
+            fail(e.code.removeprefix("error: "), error_status)
         except BrokenPipeError:  # the reader of our output left (`| head`): nothing to say, to no one
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
             raise SystemExit(141) from None

@@ -75,20 +75,14 @@ def nonfinite(named) -> list[str]:
 
 
 def replay(path: str, device: str) -> int:
-    try:
-        capture = read_file(path, "capture")  # anything else is refused with one line
-    except SystemExit as e:  # status 2 here: 1 means the failure reproduced
-        raise cli.Error(str(e.code).removeprefix("error: ")) from None
+    capture = read_file(path, "capture")  # anything else is refused with one line
     try:
         saved = settings_from(tg.Hyperparameters, capture["config"])
     except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
         raise cli.Error(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
                         "version's code (its log holds it)") from None
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
-    try:
-        rt = tg.setup_runtime(saved)
-    except SystemExit as e:  # its one-line `error:` (--device cuda without a GPU): status 2 here, 1 means reproduced
-        raise cli.Error(str(e.code).removeprefix("error: ")) from None
+    rt = tg.setup_runtime(saved)  # refuses with one line, e.g. --device cuda without a GPU
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     model = tg.build_model(saved, rt)
     model.load_state_dict(capture["model"])
@@ -131,7 +125,7 @@ def replay(path: str, device: str) -> int:
     return 1 if found else 0
 
 
-@cli.program(error_status=2)
+@cli.program(error_status=2)  # 1 means the failure reproduced
 def main(argv=None) -> int:
     parser = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("capture", help="a *_capture_rank<N>.pt file written by train_gpt.py's guard")

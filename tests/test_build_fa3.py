@@ -5,11 +5,12 @@ nvcc, and one-line errors for bad arguments. Nothing is compiled.
 """
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "build_fa3.sh"
+from tests.utils import REPO
+
+SCRIPT = REPO / "tools" / "build_fa3.sh"
 DISABLED = ("SM80 FP16 FP8 HDIM64 HDIM96 HDIM192 HDIM256 SPLIT PAGEDKV APPENDKV SOFTCAP PACKGQA "
             "HDIMDIFF64 HDIMDIFF192").split()
 NEEDED = ("hopper/setup.py", "hopper/flash_attn_interface.py", "hopper/flash_attn_3/__init__.py",

@@ -21,15 +21,15 @@ from huggingface_hub.utils import LocalEntryNotFoundError
 
 import data.shards
 from data.shards import HEADER_BYTES, MAGIC, VERSION, ShardError, read_header, read_tokens, write_shard
+from tests.utils import REPO, one_error_line
 from tools.cli import Error
 
-REPO = Path(__file__).resolve().parents[1]
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
 tokenize_text = importlib.import_module("data.tokenize_text")
 
 # Optional: GPT-2's BPE files, cached for offline machines (only the GPT-2 test uses them)
-TIKTOKEN_CACHE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tiktoken_cache"
+TIKTOKEN_CACHE = REPO.parent / "shared" / "data" / "tiktoken_cache"
 
 
 def raw_shard(path, header, tokens=()):
@@ -190,9 +190,8 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeyp
     with pytest.raises(SystemExit) as e:
         tokenize_text.main([str(tmp_path / "first.txt"), str(tmp_path / name), "--out", str(tmp_path / "out"),
                             "--prefix", "p", "--workers", "1", *args])
-    message = capfd.readouterr().err
-    assert e.value.code == 1 and message.count("\n") == 1, message
-    assert message.startswith(f"error: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
+    message = one_error_line(capfd.readouterr().err)
+    assert e.value.code == 1 and message.startswith(f"error: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
                               "convert the file to UTF-8"), message
 
 
@@ -433,9 +432,8 @@ def test_download_failure_is_one_line_with_what_to_do(tmp_path, monkeypatch, cap
     monkeypatch.setattr(download, "hf_hub_download", fake_hub(calls, "fineweb_train_000002.bin", error))
     with pytest.raises(SystemExit) as e:
         download.main(["3", "--out", str(tmp_path)])
-    message = capfd.readouterr().err
-    assert e.value.code == 1 and message.count("\n") == 1, message
-    assert message.startswith("error: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
+    message = one_error_line(capfd.readouterr().err)
+    assert e.value.code == 1 and message.startswith("error: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
                               f"kjj0/fineweb10B-gpt2: {problem} Rerun with network access"), message
     copy_by_hand = f"copy fineweb_val_000000.bin and the train shards up to fineweb_train_000003.bin into {tmp_path}/"
     assert copy_by_hand in message

@@ -24,14 +24,7 @@ from harness import files
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.launch import read_launch
 from harness.log import Logger
-from tests.utils import REPO, TINY_FLAGS, cpu_runtime, run_script, settings, tiny_model
-
-
-def one_error_line(stderr: str, *words: str):
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
-    for word in words:
-        assert word in lines[0], (word, lines[0])
+from tests.utils import REPO, TINY_FLAGS, cpu_runtime, one_error_line, run_script, settings, tiny_model
 
 
 def free_port() -> int:

@@ -6,13 +6,14 @@ import importlib
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.utils import REPO
+
 plot = importlib.import_module("tools.plot")
 
-PLOT_PY = Path(__file__).resolve().parents[1] / "tools" / "plot.py"
+PLOT_PY = REPO / "tools" / "plot.py"
 
 # Our format: the source code comes first (its lines that merely contain a log line must be ignored),
 # then the config, step lines and the trainer's own ms/step by stage.

@@ -7,13 +7,14 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.utils import REPO
+
 proj = importlib.import_module("tools.project_8gpu")
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = REPO / "tools"
 
 # A hand-made ledger: every step kind sends 2e9 bytes in the reference's accounting. Adam steps carry a sparse
 # all-to-all of 1e6 bigram rows (1.536e9 bytes of bf16 rows, to which the reference adds 4e6 bytes of int32 indices),

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.utils import REPO
+
 ALL_MET = "tools/install.sh: all requirements met (python3: "
 BASE_PYTHON = getattr(sys, "_base_executable", sys.executable) if sys.prefix != sys.base_prefix else sys.executable
 SITE = os.pathsep.join([*site.getsitepackages(), site.getusersitepackages()])

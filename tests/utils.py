@@ -1,4 +1,5 @@
-"""Shared test helpers: comparisons, the GPU marker, and the tiny training configuration with its builders."""
+"""Shared test helpers: the repository's root, comparisons, the GPU marker, the check of a refused program's one
+`error:` line, and the tiny training configuration with its builders."""
 import os
 import re
 import subprocess
@@ -116,6 +117,15 @@ def run_script(args, env_extra=None, nproc=None, timeout=600, script="train_gpt.
     if result.returncode != 0:  # pytest shows captured prints of a failing test in full; assert messages get cut
         print(f"$ {' '.join(cmd + args)}\n--- exit {result.returncode}, stderr:\n{result.stderr}")
     return result
+
+
+def one_error_line(stderr: str, *words: str) -> str:
+    """The one `error:` line a refused program printed (blank lines aside, no traceback), holding each of `words`."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-2000:]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
 
 
 def val_losses(stdout: str) -> list[float]:

@@ -1,7 +1,6 @@
 """Checkpoints: one file per rank (each rank holds its own optimizer shards), written atomically; the rules of
 resuming a run from them; and reading any file the run wrote (checkpoint or capture) with one-line refusals."""
 import dataclasses
-import io
 import pickle
 import re
 import zipfile
@@ -23,11 +22,17 @@ def settings_from(cls, config: dict):
 
 
 def save_atomically(obj, path: str):
-    """torch.save to memory, then to a temporary name renamed over `path` (harness/files.py): a reader never sees a
-    half-written file, and a failed write is a WriteError naming the path and the cause."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    write_atomically(path, buffer.getbuffer())
+    """torch.save straight into a temporary file renamed over `path` (harness/files.py; no copy of the whole file in
+    memory): a reader never sees a half-written file, and a failed write is a WriteError naming the path and the
+    cause."""
+    def save(f):
+        try:
+            torch.save(obj, f)
+        except RuntimeError as e:  # torch's zip writer, closed after a failed write (a full disk, Ctrl-C), raises
+            if e.__context__ is None:  # an error of its own over that one, which says what happened
+                raise
+            raise e.__context__ from None
+    write_atomically(path, save)
 
 
 def copy_tree(tree, into=None, device=None):

@@ -11,16 +11,16 @@ class WriteError(OSError):
     """A file could not be written where it was asked for; the message names the path and the cause."""
 
 
-def write_atomically(path: str, data) -> None:
-    """Write bytes through data/shards.atomic_write (a hidden temporary file renamed over `path`: a reader never sees
-    a half-written file, and a failed write leaves the previous one as it was), synced to the disk before the
-    rename, so that a crash right after cannot leave an empty checkpoint either."""
-    def write(f):
-        f.write(data)
+def write_atomically(path: str, write) -> None:
+    """What write(binary file) writes, through data/shards.atomic_write (a hidden temporary file renamed over `path`:
+    a reader never sees a half-written file, and a failed write leaves the previous one as it was), synced to the
+    disk before the rename, so that a crash right after cannot leave an empty checkpoint either."""
+    def write_synced(f):
+        write(f)
         f.flush()
         os.fsync(f.fileno())
     try:
-        atomic_write(path, write)
+        atomic_write(path, write_synced)
     except OSError as e:
         raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
 

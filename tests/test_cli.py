@@ -24,7 +24,7 @@ import torch
 
 import data.shards
 from data.shards import read_header, write_shard
-from tests.utils import REPO, one_error_line
+from tests.utils import REPO, FullDisk, one_error_line
 from tools import cli
 
 download = importlib.import_module("data.download")
@@ -430,27 +430,10 @@ def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd
 # Faults in writes: every write fails with one line naming the path and the cause, leaves no partial or temporary
 # file, and keeps the previous file
 
-class FullDisk:
-    """A file whose writes put a few bytes on the disk, then fail as a full disk fails them."""
-
-    def __init__(self, f):
-        self.f = f
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.f.close()
-
-    def write(self, data):
-        self.f.write(bytes(data)[:7])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 @pytest.fixture
 def full_disk(monkeypatch):
-    """Every file data.shards.atomic_write writes hits a full disk."""
-    monkeypatch.setattr(data.shards, "open", lambda path, mode: FullDisk(open(path, mode)), raising=False)
+    """Every file data.shards.atomic_write writes hits a full disk after a few bytes."""
+    monkeypatch.setattr(data.shards, "open", lambda path, mode: FullDisk(open(path, mode), room=7), raising=False)
 
 
 @pytest.fixture

@@ -19,12 +19,13 @@ import pytest
 import torch
 
 import train_gpt as tg
+import data.shards
 from data.shards import fingerprint, write_shard
 from harness import files
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.launch import read_launch
 from harness.log import Logger
-from tests.utils import REPO, TINY_FLAGS, cpu_runtime, one_error_line, run_script, settings, tiny_model
+from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
 
 
 def free_port() -> int:
@@ -213,6 +214,25 @@ def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(t
     with pytest.raises(files.WriteError, match=f"cannot write {path}: No space left on device; the previous file"):
         save_atomically({"n": 2}, str(path))
     assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothing_else(checkpoint, monkeypatch):
+    """The disk fills up halfway through the checkpoint: one line naming the path and the cause, no temporary file
+    left, the previous checkpoint as it was."""
+    hp, path = checkpoint
+    good = path.read_bytes()
+    opened = []
+
+    def full_halfway(name, mode):
+        opened.append(FullDisk(open(name, mode), room=len(good) // 2))
+        return opened[-1]
+    monkeypatch.setattr(data.shards, "open", full_halfway, raising=False)
+    state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
+    with pytest.raises(files.WriteError) as e:
+        Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))
+    assert str(e.value) == f"cannot write {path}: No space left on device; the previous file, if any, is unchanged"
+    assert len(opened) == 1 and opened[0].room == 0, "the write failed midway"
+    assert path.read_bytes() == good and list(path.parent.iterdir()) == [path]
 
 
 def test_a_log_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """Shared test helpers: the repository's root, comparisons, the GPU marker, the check of a refused program's one
-`error:` line, and the tiny training configuration with its builders."""
+`error:` line, a file on a full disk, and the tiny training configuration with its builders."""
+import errno
 import os
 import re
 import subprocess
@@ -117,6 +118,32 @@ def run_script(args, env_extra=None, nproc=None, timeout=600, script="train_gpt.
     if result.returncode != 0:  # pytest shows captured prints of a failing test in full; assert messages get cut
         print(f"$ {' '.join(cmd + args)}\n--- exit {result.returncode}, stderr:\n{result.stderr}")
     return result
+
+
+class FullDisk:
+    """A binary file that takes `room` bytes, then fails each write as a full disk does (put in place of the open()
+    of data/shards.atomic_write, which every file the project writes goes through)."""
+
+    def __init__(self, f, room: int):
+        self.f, self.room = f, room
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+    def __getattr__(self, name):  # flush, fileno, ...: the file's own
+        return getattr(self.f, name)
+
+    def write(self, data):
+        data = bytes(data)
+        if len(data) <= self.room:
+            self.room -= len(data)
+            return self.f.write(data)
+        self.f.write(data[:self.room])
+        self.room = 0
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
 def one_error_line(stderr: str, *words: str) -> str:

@@ -29,8 +29,8 @@ def save_atomically(obj, path: str):
         try:
             torch.save(obj, f)
         except RuntimeError as e:  # torch's zip writer, closed after a failed write (a full disk, Ctrl-C), raises
-            if e.__context__ is None:  # an error of its own over that one, which says what happened
-                raise
+            if not isinstance(e.__context__, (OSError, KeyboardInterrupt)):  # an error of its own over that one,
+                raise                                                         # which says what happened
             raise e.__context__ from None
     write_atomically(path, save)
 

@@ -60,7 +60,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_mlp: bool = False  # FP8 (e4m3) MLP up-projection forward on CUDA; False: the record's bf16 math
+    fp8_mlp: bool = True  # FP8 (e4m3) MLP up-projection forward on CUDA (bf16 elsewhere); False: exact bf16
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon

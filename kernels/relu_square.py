@@ -8,7 +8,7 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
     backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
               dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
-FP8 forward (--fp8_mlp): the first matmul reads e4m3 copies of x and w_in, x unscaled (an RMS-normed row has
+FP8 forward (--fp8_mlp, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x unscaled (an RMS-normed row has
 no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448; the epilogue multiplies that
 scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8 up-projection: record #84).
 

@@ -81,9 +81,15 @@ def test_dry_run_reports_old_nvcc_and_still_plans(tmp_path):
     assert "setup.py build_ext --inplace" in r.stdout and "FLASH_ATTENTION_DISABLE_SM80=TRUE" in r.stdout
 
 
-@pytest.mark.parametrize("case", ["missing", "not_a_checkout", "no_cutlass", "unknown_flag"])
+@pytest.mark.parametrize("case", ["missing", "not_a_checkout", "no_cutlass", "unknown_flag", "out_is_a_file",
+                                  "out_under_a_file"])
 def test_bad_arguments_give_one_line(tmp_path, case):
-    if case == "missing":
+    out = tmp_path / "out"
+    if case.startswith("out_"):
+        (tmp_path / "taken").write_text("a file")
+        out = tmp_path / "taken" if case == "out_is_a_file" else tmp_path / "taken" / "fa3"
+        args, expect = ["--src", fake_sources(tmp_path / "fa3")], f"{tmp_path / 'taken'} is a file; name a folder"
+    elif case == "missing":
         args, expect = ["--src", tmp_path / "nowhere"], "no such folder"
     elif case == "not_a_checkout":
         args, expect = ["--src", tmp_path], "no hopper/setup.py"
@@ -92,6 +98,6 @@ def test_bad_arguments_give_one_line(tmp_path, case):
         args, expect = ["--src", src], "csrc/cutlass/include/cutlass/cutlass.h is missing"
     else:
         args, expect = ["--dry-run", "--bogus"], "unknown argument '--bogus'"
-    r = run(*args, "--out", tmp_path / "out", "--dry-run", cuda=fake_cuda(tmp_path / "cuda", "13.0"))
+    r = run(*args, "--out", out, "--dry-run", cuda=fake_cuda(tmp_path / "cuda", "13.0"))
     assert r.returncode != 0 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and r.stderr.startswith("build_fa3.sh: error: ") and expect in r.stderr

@@ -81,6 +81,17 @@ def test_dry_run_reports_old_nvcc_and_still_plans(tmp_path):
     assert "setup.py build_ext --inplace" in r.stdout and "FLASH_ATTENTION_DISABLE_SM80=TRUE" in r.stdout
 
 
+def test_free_space_is_measured_where_out_goes(tmp_path):
+    """With --src given too, the free-space check looks at --out's nearest existing folder, not at the sources'."""
+    cuda = fake_cuda(tmp_path / "cuda", "13.0")
+    df = cuda / "bin" / "df"  # a full disk, wherever it is asked about
+    df.write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                  "echo 'fake 1048576 1048576 0 100% /'\n")
+    df.chmod(0o755)
+    r = run("--src", fake_sources(tmp_path / "fa3"), "--out", tmp_path / "new" / "out", "--dry-run", cuda=cuda)
+    assert r.returncode == 1 and f"only 0 GiB free under {tmp_path}; " in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("case", ["missing", "not_a_checkout", "no_cutlass", "unknown_flag", "out_is_a_file",
                                   "out_under_a_file"])
 def test_bad_arguments_give_one_line(tmp_path, case):

@@ -56,9 +56,10 @@ while (( $# )); do
     esac
 done
 [[ $OUT_DIR == /* ]] || OUT_DIR=$PWD/$OUT_DIR
-d=$OUT_DIR; while [[ ! -d $d ]]; do  # the nearest existing folder: --out or a parent must not be a file
-    [[ -e $d ]] && die "--out $OUT_DIR: $d is a file; name a folder (it is created if missing)"
-    d=$(dirname "$d")
+# the nearest existing folder (where the free space is measured below): --out or a parent must not be a file
+OUT_EXISTING=$OUT_DIR; while [[ ! -d $OUT_EXISTING ]]; do
+    [[ -e $OUT_EXISTING ]] && die "--out $OUT_DIR: $OUT_EXISTING is a file; name a folder (it is created if missing)"
+    OUT_EXISTING=$(dirname "$OUT_EXISTING")
 done
 STAGE=$OUT_DIR/src   # the tree that is built: a copy of --src, or the clone
 
@@ -130,8 +131,8 @@ command -v xz >/dev/null || fail "xz not found (it packs fa3.tar.xz): install xz
 [[ -n $SRC_DIR ]] || command -v git >/dev/null \
     || fail "git not found, needed to clone the sources: install git, or pass --src with sources unpacked"
 
-FREE_GIB=$(df -Pk "$d" | awk 'NR == 2 { print int($4 / 1048576) }')
-(( FREE_GIB >= NEED_GIB )) || fail "only $FREE_GIB GiB free under $d; the build needs about $NEED_GIB GiB: free some, or pick another --out"
+FREE_GIB=$(df -Pk "$OUT_EXISTING" | awk 'NR == 2 { print int($4 / 1048576) }')
+(( FREE_GIB >= NEED_GIB )) || fail "only $FREE_GIB GiB free under $OUT_EXISTING; the build needs about $NEED_GIB GiB: free some, or pick another --out"
 
 # Parallelism: ninja runs MAX_JOBS nvcc processes of NVCC_THREADS threads each, several GiB apiece.
 if [[ -z ${MAX_JOBS:-} ]]; then

@@ -8,9 +8,10 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
     backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
               dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
-FP8 forward (--fp8_mlp, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x unscaled (an RMS-normed row has
-no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448; the epilogue multiplies that
-scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8 up-projection: record #84).
+FP8 forward (--fp8_mlp, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x
+unscaled (an RMS-normed row has no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448;
+the epilogue multiplies that scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8
+up-projection: record #84).
 
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward

@@ -191,7 +191,8 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeyp
         tokenize_text.main([str(tmp_path / "first.txt"), str(tmp_path / name), "--out", str(tmp_path / "out"),
                             "--prefix", "p", "--workers", "1", *args])
     message = one_error_line(capfd.readouterr().err)
-    assert e.value.code == 1 and message.startswith(f"error: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
+    assert e.value.code == 1, e.value.code
+    assert message.startswith(f"error: {tmp_path / name}:4: not UTF-8 (byte 0xe9 at column {column}); "
                               "convert the file to UTF-8"), message
 
 
@@ -433,7 +434,8 @@ def test_download_failure_is_one_line_with_what_to_do(tmp_path, monkeypatch, cap
     with pytest.raises(SystemExit) as e:
         download.main(["3", "--out", str(tmp_path)])
     message = one_error_line(capfd.readouterr().err)
-    assert e.value.code == 1 and message.startswith("error: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
+    assert e.value.code == 1, e.value.code
+    assert message.startswith("error: could not fetch fineweb_train_000002.bin from the Hugging Face dataset "
                               f"kjj0/fineweb10B-gpt2: {problem} Rerun with network access"), message
     copy_by_hand = f"copy fineweb_val_000000.bin and the train shards up to fineweb_train_000003.bin into {tmp_path}/"
     assert copy_by_hand in message

@@ -26,11 +26,13 @@ def write_atomically(path: str, write) -> None:
 
 
 def check_output_folder(folder, option: str) -> Path:
-    """The output folder that `option` (e.g. --out) names, as a Path; refused when something other than a folder
-    has that name. The programs create the folder where it is missing."""
+    """The output folder that `option` (e.g. --out) names, as a Path; refused when it, or the nearest part of its
+    path that exists, is not a folder. The programs create the folder where it is missing."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise WriteError(f"{option} {folder} is a file; name a folder (it is created if missing)")
+    existing = next(p for p in (folder, *folder.parents) if p.exists() or p == Path(p.anchor))
+    if not existing.is_dir():
+        where = "" if existing == folder else f": {existing}"
+        raise WriteError(f"{option} {folder}{where} is a file; name a folder (it is created if missing)")
     return folder
 
 

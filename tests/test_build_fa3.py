@@ -98,8 +98,10 @@ def test_bad_arguments_give_one_line(tmp_path, case):
     out = tmp_path / "out"
     if case.startswith("out_"):
         (tmp_path / "taken").write_text("a file")
-        out = tmp_path / "taken" if case == "out_is_a_file" else tmp_path / "taken" / "fa3"
-        args, expect = ["--src", fake_sources(tmp_path / "fa3")], f"{tmp_path / 'taken'} is a file; name a folder"
+        taken = tmp_path / "taken"
+        out = taken if case == "out_is_a_file" else taken / "fa3"
+        where = "" if out == taken else f": {taken}"
+        args, expect = ["--src", fake_sources(tmp_path / "fa3")], f"--out {out}{where} is a file; name a folder"
     elif case == "missing":
         args, expect = ["--src", tmp_path / "nowhere"], "no such folder"
     elif case == "not_a_checkout":

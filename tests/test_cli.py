@@ -113,7 +113,7 @@ TOKENIZE = {
                                ["--prefix 'a/b'"]),
     "out_is_file": lambda d: (tok(d, text_file(d, "a.txt", "abc"), out="a.txt"), ["a.txt is a file"]),
     "out_under_file": lambda d: (tok(d, text_file(d, "a.txt", "abc"), out="a.txt/sub"),
-                                 ["a.txt/sub: Not a directory"]),
+                                 [f"a.txt/sub: {d / 'a.txt'} is a file"]),
     "old_shards": lambda d: (tok(d, text_file(d, "a.txt", "abc"), out=folder(d / "old", "p_train_000001.bin").name),
                              ["already holds p_*.bin"]),
     "shard_tokens_zero": lambda d: (tok(d, "a.txt", "--shard_tokens", "0"), ["--shard_tokens", "'0'"]),
@@ -198,7 +198,7 @@ def test_synthetic_refuses(tmp_path, capfd, case):
     refused(capfd, synthetic.main, [*args, "--out", str(tmp_path / "out")], tmp_path, words)
 
 
-@pytest.mark.parametrize("out, words", [("f", ["is a file"]), ("f/sub", ["f/sub: Not a directory"]),
+@pytest.mark.parametrize("out, words", [("f", ["f is a file"]), ("f/sub", ["f/sub: ", "/f is a file"]),
                                         ("stale", ["synthetic_train_000007.bin", "delete them first"])])
 def test_synthetic_refuses_its_folder(tmp_path, capfd, out, words):
     text_file(tmp_path, "f", "x")

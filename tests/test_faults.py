@@ -243,13 +243,13 @@ def test_a_log_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
         log("hello", console=False)
 
 
-@pytest.mark.parametrize("log_dir, message", [("a_file/logs", "--log_dir '{}' cannot hold the run's files"),
+@pytest.mark.parametrize("log_dir, message", [("a_file/logs", "--log_dir {}: {} is a file; name a folder"),
                                                ("a_file", "--log_dir {} is a file; name a folder")])
 def test_a_log_dir_that_cannot_hold_the_files_is_refused_before_start_up(tmp_path, synthetic_data, log_dir, message):
     (tmp_path / "a_file").write_text("not a folder")
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "6", "--log_dir", str(tmp_path / log_dir)])
-    one_error_line(r.stderr, message.format(tmp_path / log_dir))
+    one_error_line(r.stderr, message.format(tmp_path / log_dir, tmp_path / "a_file"))
 
 
 # --- the last settings ------------------------------------------------------------------------------

@@ -58,7 +58,10 @@ done
 [[ $OUT_DIR == /* ]] || OUT_DIR=$PWD/$OUT_DIR
 # the nearest existing folder (where the free space is measured below): --out or a parent must not be a file
 OUT_EXISTING=$OUT_DIR; while [[ ! -d $OUT_EXISTING ]]; do
-    [[ -e $OUT_EXISTING ]] && die "--out $OUT_DIR: $OUT_EXISTING is a file; name a folder (it is created if missing)"
+    if [[ -e $OUT_EXISTING ]]; then
+        where=""; [[ $OUT_EXISTING == "$OUT_DIR" ]] || where=": $OUT_EXISTING"
+        die "--out $OUT_DIR$where is a file; name a folder (it is created if missing)"
+    fi
     OUT_EXISTING=$(dirname "$OUT_EXISTING")
 done
 STAGE=$OUT_DIR/src   # the tree that is built: a copy of --src, or the clone

@@ -1,5 +1,6 @@
 """The harness around a run: what train_gpt.py needs beside its recipe (settings parsing, the log and its reports,
-the non-finite guard and stop signals, checkpoints, profiling).
+the non-finite guard and stop signals, checkpoints, profiling); files.py (atomic writes, output-folder checks) also
+serves the data/ and tools/ programs.
 
 Its modules never import train_gpt: they take what they need as arguments. settings.py imports nothing heavy, so
 that --help, --check and setting errors answer before torch is imported.

@@ -30,7 +30,7 @@ from huggingface_hub.utils import logging as hub_logging
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import HEADER_BYTES, ShardError, read_header  # noqa: E402
-from harness.files import check_output_folder, check_writable  # noqa: E402
+from harness.files import check_output_folder, make_output_folder  # noqa: E402
 from tools import cli  # noqa: E402
 
 HUB_REPO = "kjj0/fineweb10B-gpt2"
@@ -54,12 +54,11 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
     """
     out = check_output_folder(out, "--out")
     names = shard_names(num_train_shards)
-    out.mkdir(parents=True, exist_ok=True)
     if "HF_HUB_DISABLE_XET" not in os.environ:  # the client's setting, unless the user made one; set here, not on import
         # Xet transfers keep a chunk cache (up to 10 GB) and logs under ~/.cache/huggingface; plain HTTP writes only
         # into the output folder
         hub_constants.HF_HUB_DISABLE_XET = True
-    check_writable(out)  # before minutes of downloading
+    make_output_folder(out)  # before minutes of downloading
     valid, invalid = {}, {}  # name: token count / what is wrong with the file there
     for name in names:
         path = out / name

@@ -18,7 +18,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import MAX_TOKENS, ShardError, atomic_write, read_header, write_shard  # noqa: E402
-from harness.files import check_output_folder, check_writable  # noqa: E402
+from harness.files import check_output_folder, make_output_folder  # noqa: E402
 from tools import cli  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100
@@ -101,8 +101,7 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
     if stale:
         raise cli.Error(f"{out} holds train shards beyond the {train_shards} requested ({stale[0].name} ...); "
                         "training globs would pick them up - delete them first")
-    out.mkdir(parents=True, exist_ok=True)
-    check_writable(out)
+    make_output_folder(out)
 
     # Independent streams per file: the table and val shard stay the same when train_shards changes.
     table_seed, val_seed, *train_seeds = np.random.SeedSequence(seed).spawn(2 + train_shards)

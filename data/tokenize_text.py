@@ -43,7 +43,7 @@ import tiktoken
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
 from data.shards import MAX_TOKENS, write_shard  # noqa: E402
-from harness.files import check_output_folder, check_writable  # noqa: E402
+from harness.files import check_output_folder, make_output_folder  # noqa: E402
 from tools import cli  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
@@ -230,8 +230,7 @@ def _removed_on_failure(out: Path, shards: list[Path]):
     folders created here, nothing else."""
     new_folders = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        check_writable(out)
+        make_output_folder(out)
         yield
     except BaseException:  # a partial set of shards would make the rerun refuse this prefix
         for path in shards:

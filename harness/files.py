@@ -36,6 +36,12 @@ def check_output_folder(folder, option: str) -> Path:
     return folder
 
 
+def make_output_folder(folder) -> None:
+    """Create `folder` (and its parents) where missing, then check_writable(folder): refused before the long work."""
+    os.makedirs(folder, exist_ok=True)
+    check_writable(folder)
+
+
 def check_writable(folder) -> None:
     """Create and remove a probe file in `folder` (which exists), so that a folder that cannot take files (read-only,
     without permission, not a folder) is refused before the long work, with an OSError naming `folder` whichever

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.files import WriteError, check_output_folder, check_writable
+from harness.files import WriteError, check_output_folder, make_output_folder
 
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
@@ -63,8 +63,7 @@ def check_log_place(settings):
     appends to its own; --overwrite replaces another's)."""
     check_output_folder(settings.log_dir, "--log_dir")
     try:
-        os.makedirs(settings.log_dir, exist_ok=True)
-        check_writable(settings.log_dir)
+        make_output_folder(settings.log_dir)
     except OSError as e:
         raise WriteError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
                          "another folder") from None

@@ -60,7 +60,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_mlp: bool = True  # FP8 (e4m3) MLP up-projection forward on CUDA (bf16 elsewhere); False: exact bf16
+    fp8_body: bool = True  # FP8 (e4m3) forward of the QKV and MLP up-projections on CUDA; False: the exact bf16
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -149,10 +149,10 @@ def validate(hp: Hyperparameters):
     need(hp.num_heads * hp.head_dim == hp.model_dim and hp.num_heads % 2 == 0 and hp.head_dim % 4 == 0,
          f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, with an even "
          f"number of heads of a multiple of 4 channels, e.g. --num_heads {heads} --head_dim {hp.model_dim // heads}")
-    if (hp.fp8_head or hp.fp8_mlp) and hp.device != "cpu":  # FP8 matmuls (cuBLASLt, TMA) need 16-byte rows
+    if (hp.fp8_head or hp.fp8_body) and hp.device != "cpu":  # FP8 matmuls (cuBLASLt, TMA) need 16-byte rows
         need(hp.model_dim % 16 == 0 and all(t % 16 == 0 for t in hp.micro_batch_tokens),
              f"FP8 matmuls need --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} in "
-             "multiples of 16; change them or pass --fp8_head False --fp8_mlp False")
+             "multiples of 16; change them or pass --fp8_head False --fp8_body False")
     for name in ("adam_lr", "muon_lr"):
         need(0 < getattr(hp, name) <= 1, f"--{name} {getattr(hp, name)} must be in (0, 1], e.g. {getattr(Hyperparameters(), name)}")
     need(0 < hp.adam_eps < 1, f"--adam_eps {hp.adam_eps} must be in (0, 1), e.g. 1e-10")
@@ -206,6 +206,7 @@ from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
+from kernels.fp8_linear import fp8_linear  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
 from kernels.polar_express import polar_express  # noqa: E402
 from kernels.relu_square import relu_square_mlp_fp8, relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
@@ -292,6 +293,7 @@ class GPTConfig:
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
+    fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -585,7 +587,8 @@ class GPT(nn.Module):
         """x: (T, D) normed stream; w: (4D, D) = [Q; K; V; O]; lam: (2,) scales of QKV and O."""
         cfg = self.cfg
         T, D, H, Dh, G = x.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.gate_channels
-        q, k, v = F.linear(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
+        project = fp8_linear if cfg.fp8_qkv else F.linear
+        q, k, v = project(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
         q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
         max_len = sched.max_seq_len if self.training else T
         # Paired heads: the attention re-reads the (T, H*Dh) rows as (2T, H/2*Dh), so rows 2t and 2t+1 hold heads
@@ -612,7 +615,8 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                      attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                     fused_mlp=rt.device.type == "cuda", fp8_mlp=hp.fp8_mlp and rt.device.type == "cuda",
+                     fused_mlp=rt.device.type == "cuda", fp8_mlp=hp.fp8_body and rt.device.type == "cuda",
+                     fp8_qkv=hp.fp8_body and rt.device.type == "cuda",
                      loss_scale=1 / rt.grad_accum_steps)
 
 
@@ -1674,7 +1678,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
-            log(f"FP8 LM head: {cfg.fp8_head}; FP8 MLP: {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if gpu
+            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if gpu
                 else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
 from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
+from kernels.fp8_linear import E4M3, amax_scale, fp8_linear_op
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
@@ -396,6 +398,21 @@ def bench_embedding(peaks: Peaks):
                 COMPARE_HEADERS, rows)
 
 
+# --- FP8 linear -------------------------------------------------------------------------------
+def bench_fp8_linear(peaks: Peaks):
+    """The QKV projection, (T, 768) @ (2304, 768)ᵀ, at each stage's micro-batch: FP8 against bf16 cuBLAS."""
+    rows = []
+    for tokens in MLP_TOKENS:
+        x = F.rms_norm(torch.randn(tokens, MLP_DIM, device=DEVICE), (MLP_DIM,)).bfloat16()
+        w = (torch.randn(3 * MLP_DIM, MLP_DIM, device=DEVICE) / MLP_DIM**0.5).bfloat16()
+        w_scale = amax_scale(w)
+        x8, w8 = x.to(E4M3), (w / w_scale).to(E4M3)  # made outside the timing: training fuses the casts
+        rows.append(compare_row("FP8 x @ wᵀ (torch: bf16)", (tokens, MLP_DIM, 3 * MLP_DIM),
+                                time_ms(lambda: fp8_linear_op(x, w, x8, w8, w_scale)), time_ms(lambda: x @ w.T),
+                                2 * tokens * MLP_DIM * 3 * MLP_DIM, "TFLOP/s", peaks.matmul_tflop_s))
+    print_table("fp8_linear (% peak: of the bf16 peak)", COMPARE_HEADERS, rows)
+
+
 # --- main --------------------------------------------------------------------------------------
 # name -> (benchmark, optional config sweep). New families add a line here.
 FAMILIES = {
@@ -405,6 +422,7 @@ FAMILIES = {
     "softcapped_ce": (bench_softcapped_ce, sweep_softcapped_ce),
     "relu_square": (bench_relu_square, sweep_relu_square),
     "embedding": (bench_embedding, None),
+    "fp8_linear": (bench_fp8_linear, None),
 }
 
 

@@ -8,7 +8,7 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
     backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
               dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
-FP8 forward (--fp8_mlp, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x
+FP8 forward (--fp8_body, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x
 unscaled (an RMS-normed row has no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448;
 the epilogue multiplies that scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8
 up-projection: record #84).
@@ -29,6 +29,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.configs import SM90, pick, sm_count
+from kernels.fp8_linear import E4M3, amax_scale
 
 
 # -----------------------------------------------------------------------------
@@ -91,12 +92,14 @@ class MLPConfig(NamedTuple):
 # x (16384 or 49152, 768) @ (3072, 768)ᵀ over 5 candidates (python -m kernels.bench --sweep): 128x256x64 and
 # 256x128x64 tiles came within 3% of each other, the forward within 6% of a bare cuBLAS matmul of the same shape
 # (records/kernels/2026-11-21_relu-square). The token count M is not in the key: one config serves every stage's
-# (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages. The FP8
-# forward's 128-wide K tiles (128 bytes) were the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection).
+# (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages; swept at all
+# three token counts, 256x128x64 ties 128x256x64 at 16384 and 32768 and is 3% faster at 49152
+# (records/enwiki-124/2026-11-26_fp8-qkv-projection). The FP8 forward's 128-wide K tiles (128 bytes) were the
+# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection).
 MLP_CONFIGS = {
     SM90: {
         ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
-        ("backward", 3072, 768): MLPConfig(128, 256, 64, 3, 8),
+        ("backward", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
         ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
     },
 }
@@ -182,9 +185,6 @@ def _mlp_backward(ctx, grad, _):
 
 relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
-E4M3, E4M3_MAX = torch.float8_e4m3fn, torch.finfo(torch.float8_e4m3fn).max
-
-
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
                            w_in8: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,8 +208,8 @@ relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_s
 
 def fp8_operands(x: torch.Tensor, w_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """e4m3 x (unscaled: |x| must stay below 448, as the model's normed rows do), e4m3 w_in / scale, and that scale
-    (0-d fp32: amax(|w_in|) / 448, never zero or subnormal)."""
-    scale = (w_in.abs().amax().float() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    (0-d fp32, kernels/fp8_linear.amax_scale)."""
+    scale = amax_scale(w_in)
     return x.to(E4M3), (w_in / scale).to(E4M3), scale
 
 

@@ -67,7 +67,7 @@ FP8_SHAPES = [(1, 64, 96), (7, 48, 272), (129, 768, 384),
 @pytest.mark.parametrize("tokens,dim,hidden", FP8_SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
 def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
-    """relu_square_mlp_fp8 (--fp8_mlp): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
+    """relu_square_mlp_fp8 (--fp8_body): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
     backward the unquantized formulas from x, w_in, w_out and that forward's post. Reference: the same roundings in
     fp64. (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()

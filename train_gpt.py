@@ -293,7 +293,7 @@ class GPTConfig:
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
-    fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py)
+    fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py: it reads normed rows)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -587,7 +587,7 @@ class GPT(nn.Module):
         """x: (T, D) normed stream; w: (4D, D) = [Q; K; V; O]; lam: (2,) scales of QKV and O."""
         cfg = self.cfg
         T, D, H, Dh, G = x.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.gate_channels
-        project = fp8_linear if cfg.fp8_qkv else F.linear
+        project = fp8_linear if cfg.fp8_qkv else F.linear  # FP8 takes x unscaled: x = norm(...), |x| <= sqrt(D)
         q, k, v = project(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
         q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
         max_len = sched.max_seq_len if self.training else T
@@ -612,12 +612,11 @@ class GPT(nn.Module):
 
 
 def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
+    cuda = rt.device.type == "cuda"
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
-                     attention=rt.attention.kernel, fp8_head=hp.fp8_head and rt.device.type == "cuda",
-                     fused_mlp=rt.device.type == "cuda", fp8_mlp=hp.fp8_body and rt.device.type == "cuda",
-                     fp8_qkv=hp.fp8_body and rt.device.type == "cuda",
-                     loss_scale=1 / rt.grad_accum_steps)
+                     attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda,
+                     fp8_mlp=hp.fp8_body and cuda, fp8_qkv=hp.fp8_body and cuda, loss_scale=1 / rt.grad_accum_steps)
 
 
 def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
@@ -1678,8 +1677,8 @@ def main(argv: list[str] | None = None) -> int:
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
-            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}" if gpu
-                else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
+            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}; CUDA graphs: {hp.cuda_graphs}"
+                if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)
             log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}", console=False)

@@ -1,10 +1,18 @@
 """Writing files so that a failure is one clear line: the path and the cause, no partial file left, the previous
-good file kept. No torch: the data/ and tools/ programs use it too."""
+good file kept; and writing that line. No torch: the data/ and tools/ programs use it too."""
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 from data.shards import atomic_write
+
+
+def stderr_line(text: str):
+    """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
+    (print() writes the newline separately: with PYTHONUNBUFFERED, a write each)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 class WriteError(OSError):

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from data.shards import DataError, ShardError
 from harness.checkpoint import copy_tree, header, save_atomically
-from harness.files import WriteError
+from harness.files import WriteError, stderr_line
 from harness.launch import Watchdog, peer_failure
 
 
@@ -94,7 +94,7 @@ class StopRequest:
         if not self.in_loop or self.reason is not None:
             raise KeyboardInterrupt(name)
         self.reason = name
-        print(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)", file=sys.stderr)
+        stderr_line(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)")
 
 
 class Watch:
@@ -195,16 +195,23 @@ def capture_failure(trainer, good: dict, bad_step: int, detected_at: int) -> str
 
 def exit_with_one_line(main):
     """Run main() and exit with its status. A failure whose message says what to do (bad data, a full disk, a
-    non-finite loss, a stop, a peer process that died, Ctrl-C) ends the process with that line, not a traceback."""
+    non-finite loss, a stop, a peer process that died, Ctrl-C, a refused setting's SystemExit("error: ...")) ends
+    the process with that line and status 1, not a traceback; the line is written whole (stderr_line), as several
+    ranks may print theirs at once."""
     try:
         sys.exit(main())
     except (DataError, ShardError, NonFiniteError, WriteError) as e:
-        sys.exit(f"error: {e}")
+        line = f"error: {e}"
     except Stopped as e:
-        sys.exit(str(e))
+        line = str(e)
     except RuntimeError as e:
         if (line := peer_failure(e)) is None:
             raise
-        sys.exit(line)
     except KeyboardInterrupt as e:
-        sys.exit(f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved")
+        line = f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved"
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        line = e.code
+    stderr_line(line)
+    sys.exit(1)

@@ -3,12 +3,13 @@ process group formed within a bounded wait; and a watchdog that ends a process w
 import datetime
 import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 import torch.distributed as dist
+
+from harness.files import stderr_line
 
 HOW = "launch with torchrun --standalone --nproc_per_node=N train_gpt.py (it sets them), or unset them for one process"
 
@@ -84,7 +85,7 @@ class Watchdog:
             if self.armed and time.monotonic() - self.last > self.timeout_s:
                 line = (f"error: rank {self.rank}: no progress for --dist_timeout {self.timeout_s:g} s after step "
                         f"{self.step}: a peer process died or hangs; stopping")
-                print(line, file=sys.stderr, flush=True)
+                stderr_line(line)
                 self.log(f"stopped: {line[len('error: '):]}", console=False)
                 os._exit(1)
 

@@ -29,7 +29,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.configs import SM90, pick, sm_count
-from kernels.fp8_linear import E4M3, amax_scale
+from kernels.fp8_linear import fp8_operands
 
 
 # -----------------------------------------------------------------------------
@@ -204,13 +204,6 @@ def _mlp_fp8_backward(ctx, grad, post_grad):
 
 
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_setup)
-
-
-def fp8_operands(x: torch.Tensor, w_in: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """e4m3 x (unscaled: |x| must stay below 448, as the model's normed rows do), e4m3 w_in / scale, and that scale
-    (0-d fp32, kernels/fp8_linear.amax_scale)."""
-    scale = amax_scale(w_in)
-    return x.to(E4M3), (w_in / scale).to(E4M3), scale
 
 
 def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.fp8_linear import E4M3, amax_scale, fp8_linear, fp8_linear_op
+from kernels.fp8_linear import E4M3, amax_scale, fp8_linear, fp8_linear_op, fp8_linear_reference, fp8_operands
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 # (T, K, N): rows of K and N bytes in e4m3 must be multiples of 16
@@ -25,17 +25,17 @@ def _inputs(tokens, k, n, dtype):
     return x.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
 
 
-def _check_forward(y, x, w, scale_mult=1.0):
-    """The products of e4m3 values are exact; what is left is the sums and the output's rounding. cuBLASLt's fast
-    FP8 accumulation was off by up to 1.1e-3 of the sum of the products' sizes at K=768 on an H100 (the CPU's
-    _scaled_mm by up to 2e-4); a wrong scale or operand is off by their size."""
-    w_scale = amax_scale(w).double() * scale_mult
-    x8, w8 = x.to(E4M3).double(), (w / amax_scale(w)).to(E4M3).double()
-    expected, size = x8 @ w8.T * w_scale, x8.abs() @ w8.abs().T * w_scale
+def _check_forward(y, ops):
+    """y against what the op computes from its FP8 operands ops = (x8, w8, w_scale): the products of e4m3 values
+    are exact, what is left is the sums and the output's rounding. cuBLASLt's fast FP8 accumulation was off by up to
+    1.1e-3 of the sum of the products' sizes at K=768 on an H100 (the CPU's _scaled_mm by up to 2e-4); a wrong scale
+    or operand is off by their size."""
+    expected = fp8_linear_reference(*ops)
+    size = fp8_linear_reference(ops[0].abs(), ops[1].abs(), ops[2])
     out_eps = {torch.float32: 2**-24, torch.float16: 2**-11, torch.bfloat16: 2**-8}[y.dtype]
     err = (y.double() - expected).abs() - out_eps * expected.abs()
-    assert not y.isnan().any() and (err <= 2**-8 * size + 1e-30).all(), \
-        f"fp8 forward off by {(err / size).max().item():.2e} of the products' size"
+    assert not y.isnan().any() and (err <= 2**-8 * size).all(), \
+        f"fp8 forward off by {(err / size)[size > 0].max().item():.2e} of the products' size"
 
 
 @pytest.mark.parametrize("tokens,k,n", SHAPES)
@@ -44,7 +44,7 @@ def test_fp8_linear_forward_and_backward(tokens, k, n, dtype, poison_empty):
     x, w = _inputs(tokens, k, n, dtype)
     y = fp8_linear(x, w)
     assert y.shape == (tokens, n) and y.dtype == dtype and torch.isfinite(y).all()
-    _check_forward(y, x.detach(), w.detach())
+    _check_forward(y, fp8_operands(x.detach(), w.detach()))
 
     g = torch.randn_like(y)
     y.backward(g)
@@ -68,8 +68,9 @@ def test_fp8_copies_and_scale():
     assert scale == w.detach().abs().max() / 448
     assert amax_scale(torch.zeros(4, 4)) > 0, "an all-zero weight must not give a zero scale (0/0 in the copy)"
     # the op computes from the copies it is given, not from x and w (which only the backward reads)
-    x8, w8 = x.detach().to(E4M3), (w.detach() / scale).to(E4M3)
-    _check_forward(fp8_linear_op(x.detach(), w.detach(), x8, w8, scale * 2), x.detach(), w.detach(), scale_mult=2)
+    x8, w8, _ = fp8_operands(x.detach(), w.detach())
+    assert x8.dtype == w8.dtype == E4M3 and (w8.float().abs().max() == 448)
+    _check_forward(fp8_linear_op(x.detach(), w.detach(), x8, w8, scale * 2), (x8, w8, scale * 2))
 
 
 def test_nan_in_the_input_reaches_the_output():

@@ -9,7 +9,8 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 import pytest
 import torch
 
-from kernels.relu_square import (fp8_operands, relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_fp8_op,
+from kernels.fp8_linear import fp8_operands
+from kernels.relu_square import (relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_fp8_op,
                                  relu_square_mlp_op, relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 

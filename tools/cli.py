@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.files import check_writable
+from harness.files import check_writable, stderr_line
 
 
 class Error(Exception):
@@ -44,7 +44,7 @@ def describe_os_error(e: OSError) -> str:
 
 
 def fail(message: str, status: int = 1):
-    print(f"error: {message}", file=sys.stderr, flush=True)
+    stderr_line(f"error: {message}")
     raise SystemExit(status)
 
 
@@ -71,7 +71,7 @@ def program(main=None, *, error_status: int = 1):
         except OSError as e:
             fail(describe_os_error(e), error_status)
         except KeyboardInterrupt as e:
-            print(f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}", file=sys.stderr, flush=True)
+            stderr_line(f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}")
             raise SystemExit(130) from None
     return run
 

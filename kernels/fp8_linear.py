@@ -59,9 +59,10 @@ fp8_linear_op.register_autograd(_backward, setup_context=_setup)
 
 
 def fp8_linear(x: Tensor, w: Tensor) -> Tensor:
-    """F.linear(x, w) with the forward in FP8, for x (T, K) with RMS-normed rows and w (N, K); K and N multiples
+    """F.linear(x, w) with the forward in FP8, for x (..., K) with RMS-normed rows and w (N, K); K and N multiples
     of 16 (cuBLASLt's FP8 rows)."""
-    return fp8_linear_op(x, w, *fp8_operands(x, w))
+    rows = x.reshape(-1, x.size(-1))
+    return fp8_linear_op(rows, w, *fp8_operands(rows, w)).view(*x.shape[:-1], w.size(0))
 
 
 def fp8_linear_reference(x8: Tensor, w8: Tensor, w_scale: Tensor) -> Tensor:

@@ -73,6 +73,13 @@ def test_fp8_copies_and_scale():
     _check_forward(fp8_linear_op(x.detach(), w.detach(), x8, w8, scale * 2), (x8, w8, scale * 2))
 
 
+def test_batched_input_is_rows():
+    """x (B, T, K), as F.linear takes it: the same as its (B·T, K) rows."""
+    x, w = _inputs(2 * 5, 48, 272, torch.float32)
+    y = fp8_linear(x.detach().view(2, 5, 48), w.detach())
+    assert y.shape == (2, 5, 272) and torch.equal(y.view(10, 272), fp8_linear(x.detach(), w.detach()))
+
+
 def test_nan_in_the_input_reaches_the_output():
     x, w = _inputs(16, 32, 48, torch.float32)
     x = x.detach().clone()

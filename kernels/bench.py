@@ -27,14 +27,14 @@ import triton
 from triton.testing import do_bench
 
 from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
-from kernels.fp8_linear import fp8_linear_op, fp8_operands
+from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_weight_blocks
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
 from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
                                transpose_copy_reference, transpose_copy_triton)
 from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
-                                 relu_square_mlp_reference)
+                                 relu_square_mlp_fp8, relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
 
 
@@ -299,6 +299,8 @@ MLP_TOKENS = [16384, 32768, 49152]
 MLP_DIM, MLP_HIDDEN = 768, 3072
 MLP_CANDIDATES = [MLPConfig(128, 256, 64, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 64, 4, 4),
                   MLPConfig(128, 128, 64, 4, 8), MLPConfig(256, 128, 64, 3, 8)]
+MLP_FP8_OUT_CANDIDATES = [c for c in MLP_CANDIDATES if c.block_n == 128] + [MLPConfig(256, 128, 64, 2, 8),
+                                                                            MLPConfig(128, 128, 64, 3, 8)]
 MLP_FP8_CANDIDATES = [MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 128, 4, 8),
                       MLPConfig(256, 128, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8)]
 
@@ -329,6 +331,15 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)),
                                 time_ms(lambda: (grad_out @ w_out.T) * (2 * torch.relu(pre))), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
+        rows.append(compare_row("  + its e4m3 copy (torch: the bf16 kernel)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
+                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)), flops,
+                                "TFLOP/s", peaks.matmul_tflop_s))
+        d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)
+        w_blocks = fp8_weight_blocks(w_in.T)  # made outside the timing: training fuses it into the forward
+        rows.append(compare_row("FP8 dx = d_pre w_in, block scales (torch: bf16)", shape,
+                                time_ms(lambda: fp8_block_mm(d_pre8, d_pre_scale, *w_blocks, torch.bfloat16)),
+                                time_ms(lambda: d_pre @ w_in), flops, "TFLOP/s", peaks.matmul_tflop_s))
         x.requires_grad_()
         bank.requires_grad_()
 
@@ -338,6 +349,10 @@ def bench_relu_square(peaks: Peaks):
         # forward + backward: 6 matmuls of 2·T·D·H FLOPs
         rows.append(compare_row("MLP fwd+bwd", shape, time_ms(lambda: forward_backward(relu_square_mlp)),
                                 time_ms(lambda: forward_backward(relu_square_mlp_reference)), 6 * flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+        rows.append(compare_row("FP8 MLP fwd+bwd, casts unfused (torch: bf16 op)", shape,
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True))),
+                                time_ms(lambda: forward_backward(relu_square_mlp)), 6 * flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
     print_table("relu_square, bf16 (torch: cuBLAS matmul, then relu and square as separate kernels)",
                 COMPARE_HEADERS, rows)
@@ -352,10 +367,13 @@ def sweep_relu_square(peaks: Peaks):
     for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                  config=config)),
+                           ("backward_fp8", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
+                                                                                     config=config, fp8_out=True)),
                            ("forward_fp8", lambda config: matmul_relu_square_triton(x8, w8, config=config, scale=scale))]:
         table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
-        for config in MLP_FP8_CANDIDATES if direction == "forward_fp8" else MLP_CANDIDATES:
+        candidates = {"forward_fp8": MLP_FP8_CANDIDATES, "backward_fp8": MLP_FP8_OUT_CANDIDATES}
+        for config in candidates.get(direction, MLP_CANDIDATES):
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"
             try:
                 ms = time_ms(lambda: run(config), rep_ms=40)

@@ -17,11 +17,17 @@ from torch import Tensor
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max  # 448
+FP8_BLOCK = 128  # cuBLASLt's blockwise FP8 scaling: one scale per 1x128 block of A's rows, per 128x128 block of B
+
+
+def scale_of(amax: Tensor) -> Tensor:
+    """amax / 448 in fp32, never zero or subnormal: values over it fill e4m3's range."""
+    return (amax.float() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def amax_scale(t: Tensor) -> Tensor:
-    """0-d fp32 amax(|t|) / 448, never zero or subnormal: t / scale fills e4m3's range."""
-    return (t.abs().amax().float() / E4M3_MAX).clamp_min(torch.finfo(torch.float32).tiny)
+    """0-d fp32 amax(|t|) / 448: t / scale fills e4m3's range."""
+    return scale_of(t.abs().amax())
 
 
 def fp8_operands(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -68,3 +74,41 @@ def fp8_linear(x: Tensor, w: Tensor) -> Tensor:
 def fp8_linear_reference(x8: Tensor, w8: Tensor, w_scale: Tensor) -> Tensor:
     """What fp8_linear_op computes from its FP8 operands, in fp64: exact products and sums."""
     return x8.double() @ w8.double().T * w_scale.double()
+
+
+# Blockwise scaling (the MLP's dx = d_pre @ w_in with --fp8_body): gradients have no bound to scale by, so each
+# 1x128 block of a row of d_pre gets its own scale (written by the kernel that makes d_pre, no pass over it), and
+# each 128x128 block of the weight its own.
+
+def fp8_weight_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
+    """w (N, K), N and K multiples of 128 (a transposed view too), as fp8_block_mm's right operand: e4m3 (N, K) of w
+    over the amax(|block|) / 448 of each 128x128 block, and those scales as an (N / 128, K / 128) fp32 tensor."""
+    N, K = w.shape
+    assert N % FP8_BLOCK == 0 and K % FP8_BLOCK == 0, f"128x128 blocks need both sizes multiples of 128; got {N}, {K}"
+    blocks = w.float().reshape(N // FP8_BLOCK, FP8_BLOCK, K // FP8_BLOCK, FP8_BLOCK)
+    scale = scale_of(blocks.abs().amax((1, 3)))
+    return (blocks / scale[:, None, :, None]).to(E4M3).reshape(N, K).contiguous(), scale
+
+
+def fp8_block_mm(a8: Tensor, a_scale: Tensor, b8: Tensor, b_scale: Tensor, out_dtype: torch.dtype) -> Tensor:
+    """a @ bᵀ (M, N) for a = a8 (M, K) times its 1x128 row-block scales a_scale (K / 128, M) contiguous, and b = b8
+    (N, K) times its 128x128 block scales b_scale (N / 128, K / 128). cuBLASLt reads the scales' rows at 16-byte
+    multiples: M must be a multiple of 4, K of 512 (with other strides it returns wrong sums, no error).
+    CUDA: cuBLASLt (no fast accumulation for blockwise scales); the CPU, which has no blockwise _scaled_mm, gets the
+    reference's result."""
+    (M, K), N = a8.shape, b8.size(0)
+    shapes = [tuple(t.shape) for t in (a8, a_scale, b8, b_scale)]
+    assert shapes[1:] == [(K // FP8_BLOCK, M), (N, K), (N // FP8_BLOCK, K // FP8_BLOCK)], \
+        f"need a8 (M, K), a_scale (K/128, M), b8 (N, K), b_scale (N/128, K/128); got {shapes}"
+    assert a_scale.is_contiguous() and b_scale.is_contiguous() and M % 4 == 0 and K % 512 == 0, \
+        f"blockwise FP8 needs contiguous scales, M % 4 == 0 and K % 512 == 0; got (M, K) = {(M, K)}"
+    if not a8.is_cuda:
+        return fp8_block_mm_reference(a8, a_scale, b8, b_scale).to(out_dtype)
+    return torch._scaled_mm(a8, b8.T, scale_a=a_scale.T, scale_b=b_scale.T, out_dtype=out_dtype)
+
+
+def fp8_block_mm_reference(a8: Tensor, a_scale: Tensor, b8: Tensor, b_scale: Tensor) -> Tensor:
+    """fp8_block_mm in fp64: each operand times its blocks' scales, then one exact matmul."""
+    a = a8.double() * a_scale.double().T.repeat_interleave(FP8_BLOCK, 1)
+    b = b8.double() * b_scale.double().repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)
+    return a @ b.T

@@ -8,10 +8,12 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
     backward  d_pre = (g @ w_outᵀ) · 2·sqrt(post)      (T, H)  Triton, same kernel, epilogue reads post
               dW_out = postᵀ g,  dW_in = d_preᵀ x,  dx = d_pre w_in      cuBLAS
 
-FP8 forward (--fp8_body, the trainer's default on CUDA): the first matmul reads e4m3 copies of x and w_in, x
+FP8 (--fp8_body, the trainer's default on CUDA): the forward's first matmul reads e4m3 copies of x and w_in, x
 unscaled (an RMS-normed row has no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448;
-the epilogue multiplies that scale back in. The rest, the backward included, is the bf16 path's (upstream's FP8
-up-projection: record #84).
+the epilogue multiplies that scale back in (upstream's FP8 up-projection: record #84). The backward's epilogue
+also writes d_pre in e4m3, each 1x128 block of a row over its own amax / 448 (a gradient has no bound to scale by,
+and a block's amax is in the tile), for dx = d_pre w_in in cuBLASLt's blockwise-scaled FP8 (w_in over 128x128
+block scales). dW_in and dW_out stay bf16: they reduce over tokens and would need transposed FP8 copies.
 
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
@@ -29,22 +31,19 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.configs import SM90, pick, sm_count
-from kernels.fp8_linear import fp8_operands
+from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_weight_blocks
 
 
 # -----------------------------------------------------------------------------
 # Triton kernel
 
 @triton.jit
-def _relu_square_epilogue(acc, out_desc, post_desc, off_m, off_n, BACKWARD: tl.constexpr):
-    """Store one (BLOCK_M, BLOCK_N/2) fp32 accumulator tile after applying ReLU² or its derivative."""
+def _relu_square_epilogue(acc, post_desc, off_m, off_n, BACKWARD: tl.constexpr):
+    """ReLU² of one fp32 accumulator tile (forward), or the gradient through it (backward: acc is d_post)."""
     if BACKWARD:
-        relu_pre = tl.sqrt(post_desc.load([off_m, off_n]).to(tl.float32))
-        out = acc * (2.0 * relu_pre)  # d_pre = d_post · 2·relu(pre)
-    else:
-        relu_pre = tl.maximum(acc, 0.0)
-        out = relu_pre * relu_pre
-    out_desc.store([off_m, off_n], out.to(out_desc.dtype))
+        return acc * (2.0 * tl.sqrt(post_desc.load([off_m, off_n]).to(tl.float32)))  # d_pre = d_post · 2·relu(pre)
+    relu_pre = tl.maximum(acc, 0.0)
+    return relu_pre * relu_pre
 
 
 @triton.jit
@@ -53,9 +52,11 @@ def _matmul_relu_square_kernel(
     out_desc,        # (M, N) output: relu(acc)² forward, acc·2·sqrt(post) backward
     post_desc,       # (M, N) the forward's output, read in the backward only
     scale_ptr,       # fp32 scalar multiplying acc (SCALED: FP8 operands)
+    out8_desc,       # (M, N) e4m3 copy of the output over its row scales (FP8_OUT, backward only)
+    out8_scale_ptr,  # (N / BLOCK_N, M) fp32 row scales of out8, one per row of each BLOCK_N-wide column block
     M, N, K, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
-    SCALED: tl.constexpr,
+    SCALED: tl.constexpr, FP8_OUT: tl.constexpr,
 ):
     tiles_n = tl.cdiv(N, BLOCK_N)
     num_tiles = tl.cdiv(M, BLOCK_M) * tiles_n
@@ -73,8 +74,18 @@ def _matmul_relu_square_kernel(
         # Store in two column halves: staging half a tile in shared memory leaves room for more
         # mainloop stages.
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-        _relu_square_epilogue(left, out_desc, post_desc, off_m, off_n, BACKWARD)
-        _relu_square_epilogue(right, out_desc, post_desc, off_m, off_n + BLOCK_N // 2, BACKWARD)
+        left = _relu_square_epilogue(left, post_desc, off_m, off_n, BACKWARD)
+        right = _relu_square_epilogue(right, post_desc, off_m, off_n + BLOCK_N // 2, BACKWARD)
+        out_desc.store([off_m, off_n], left.to(out_desc.dtype))
+        out_desc.store([off_m, off_n + BLOCK_N // 2], right.to(out_desc.dtype))
+        if FP8_OUT:  # each row's BLOCK_N entries over their amax / 448: the 1x128 blocks cuBLASLt's FP8 matmul reads
+            # 1e-30, not fp32's tiny: all-zero blocks (ReLU's zeros, rows past M) keep 448 / amax finite, not 0·inf
+            amax = tl.maximum(tl.maximum(tl.max(tl.abs(left), axis=1), tl.max(tl.abs(right), axis=1)), 1e-30)
+            inv_scale = (448.0 / amax)[:, None]
+            out8_desc.store([off_m, off_n], (left * inv_scale).to(out8_desc.dtype))
+            out8_desc.store([off_m, off_n + BLOCK_N // 2], (right * inv_scale).to(out8_desc.dtype))
+            rows = off_m + tl.arange(0, BLOCK_M)
+            tl.store(out8_scale_ptr + (off_n // BLOCK_N) * M + rows, amax / 448.0, mask=rows < M)
 
 
 # -----------------------------------------------------------------------------
@@ -95,11 +106,14 @@ class MLPConfig(NamedTuple):
 # (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages; swept at all
 # three token counts, 256x128x64 ties 128x256x64 at 16384 and 32768 and is 3% faster at 49152
 # (records/enwiki-124/2026-11-26_fp8-qkv-projection). The FP8 forward's 128-wide K tiles (128 bytes) were the
-# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection).
+# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). The backward writing d_pre's e4m3 copy too
+# needs 128-wide N tiles (its 1x128 scale blocks); 256x128x64 with 3 stages still fits its shared memory (230 KB)
+# and was the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-dx).
 MLP_CONFIGS = {
     SM90: {
         ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
         ("backward", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
+        ("backward_fp8", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
         ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
     },
 }
@@ -116,9 +130,12 @@ def mlp_config(device: torch.device, direction: str, N: int, K: int) -> MLPConfi
 
 def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tensor | None = None,
                               config: MLPConfig | None = None, scale: torch.Tensor | None = None,
-                              out_dtype: torch.dtype = torch.bfloat16):
+                              out_dtype: torch.dtype = torch.bfloat16, fp8_out: bool = False):
     """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post).
-    scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype."""
+    scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype.
+    fp8_out (backward only): also return the output in e4m3 over 1x128 row-block scales, and those scales as an
+    (N / 128, M) fp32 tensor: out ≈ out8 · scales.T repeated 128 times along N. M a multiple of 4: cuBLASLt reads
+    the scales' rows at 16-byte multiples."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1], \
         f"need a (M, K), b (N, K); got {tuple(a.shape)}, {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous(), "a and b must be contiguous, one dtype"
@@ -130,18 +147,24 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
         assert post.shape == (M, N) and post.dtype == a.dtype and post.is_contiguous(), \
             "post must be the forward's (M, N) output"
     out = torch.empty(M, N, dtype=out_dtype if fp8 else a.dtype, device=a.device)
-    direction = "backward" if backward else "forward_fp8" if fp8 else "forward"
+    direction = ("backward_fp8" if fp8_out else "backward") if backward else "forward_fp8" if fp8 else "forward"
     block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
+    assert not fp8_out or (backward and block_n == FP8_BLOCK and N % FP8_BLOCK == 0 and M % 4 == 0), \
+        f"fp8_out needs the backward, {FP8_BLOCK}-wide column tiles, N a multiple of {FP8_BLOCK} and M of 4"
     out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
     post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
+    out8 = torch.empty(M, N, dtype=E4M3, device=a.device) if fp8_out else out
+    out8_scale = torch.empty(N // FP8_BLOCK, M, device=a.device) if fp8_out else out
     num_programs = min(sm_count(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
     _matmul_relu_square_kernel[(num_programs,)](
         TensorDescriptor.from_tensor(a, [block_m, block_k]), TensorDescriptor.from_tensor(b, [block_n, block_k]),
-        out_desc, post_desc, scale if fp8 else out, M, N, K, num_programs,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward, SCALED=fp8,
+        out_desc, post_desc, scale if fp8 else out,
+        TensorDescriptor.from_tensor(out8, [block_m, block_n // 2]) if fp8_out else out_desc, out8_scale,
+        M, N, K, num_programs,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward, SCALED=fp8, FP8_OUT=fp8_out,
         num_stages=num_stages, num_warps=num_warps,
     )
-    return out
+    return (out, out8, out8_scale) if fp8_out else out
 
 
 # Custom ops: torch.compile treats each as one opaque call (it would otherwise trace into the Triton launcher
@@ -160,17 +183,24 @@ def _(x, w_in, w_out):
 
 @torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
 def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,
-                                post: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                                post: torch.Tensor, w_in_blocks: torch.Tensor | None = None,
+                                w_in_block_scale: torch.Tensor | None = None
+                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of x, w_in and w_out; with w_in_blocks and its scales (fp8_weight_blocks(w_in.T)), dx = d_pre @ w_in
+    in FP8 from the e4m3 d_pre the kernel also writes."""
     # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
     # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
     # CUDA call (pytorch/pytorch#124565).
     grad_w_out = post.T @ grad
-    d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, H): (grad w_outᵀ) · 2 relu(pre)
-    return d_pre @ w_in, d_pre.T @ x, grad_w_out
+    if w_in_blocks is None:
+        d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, H): (grad w_outᵀ) · 2 relu(pre)
+        return d_pre @ w_in, d_pre.T @ x, grad_w_out
+    d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=True)
+    return fp8_block_mm(d_pre8, d_pre_scale, w_in_blocks, w_in_block_scale, x.dtype), d_pre.T @ x, grad_w_out
 
 
 @relu_square_mlp_backward_op.register_fake
-def _(grad, x, w_in, w_out, post):
+def _(grad, x, w_in, w_out, post, w_in_blocks=None, w_in_block_scale=None):
     return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
 
 
@@ -185,31 +215,41 @@ def _mlp_backward(ctx, grad, _):
 
 relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
+
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
-                           w_in8: torch.Tensor, w_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32);
-    the backward is the bf16 one, from x, w_in and w_out."""
+                           w_in8: torch.Tensor, w_scale: torch.Tensor, w_in_blocks: torch.Tensor | None = None,
+                           w_in_block_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32).
+    The backward is the bf16 one from x, w_in and w_out, but for dx in FP8 when w_in_blocks and w_in_block_scale
+    (fp8_weight_blocks(w_in.T)) are given."""
+    assert (w_in_blocks is None) == (w_in_block_scale is None), "w_in_blocks and w_in_block_scale go together"
     post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
     return post @ w_out, post
 
 
 @relu_square_mlp_fp8_op.register_fake
-def _(x, w_in, w_out, x8, w_in8, w_scale):
+def _(x, w_in, w_out, x8, w_in8, w_scale, w_in_blocks=None, w_in_block_scale=None):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
-def _mlp_fp8_backward(ctx, grad, post_grad):
-    return *_mlp_backward(ctx, grad, post_grad), None, None, None  # the FP8 copies and the scale get none
+def _mlp_fp8_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:3], output[1], *inputs[6:])  # x, w_in, w_out, post, w_in's blocks and scales
 
 
-relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_setup)
+def _mlp_fp8_backward(ctx, grad, _):
+    grads = relu_square_mlp_backward_op(grad.contiguous(), *ctx.saved_tensors)
+    return *grads, None, None, None, None, None  # the FP8 copies and scales get none
 
 
-def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor) -> torch.Tensor:
-    """The MLP of x (T, D) with its first matmul in FP8; under torch.compile the casts fuse into the kernels making x
-    and w_in."""
-    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in))[0]
+relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_fp8_setup)
+
+
+def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, fp8_dx: bool) -> torch.Tensor:
+    """The MLP of x (T, D) with its first matmul in FP8, and with fp8_dx (D a multiple of 128, H of 512, T of 4) the
+    backward's dx too; under torch.compile the casts fuse into the kernels making x and w_in."""
+    w_in_blocks = fp8_weight_blocks(w_in.T) if fp8_dx else ()  # dx = d_pre @ w_in: the right operand is w_inᵀ
+    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), *w_in_blocks)[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

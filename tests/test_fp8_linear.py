@@ -1,5 +1,6 @@
 """FP8 linear layer on RMS-normed rows (the QKV projection with --fp8_body): the custom op's forward against the same
-e4m3 roundings in fp64, its backward against the exact formulas, and its distance from the unquantized layer.
+e4m3 roundings in fp64, its backward against the exact formulas, and its distance from the unquantized layer. Then
+the blockwise-scaled FP8 matmul (the MLP's dx with --fp8_body) and its weight operand.
 
     python -m pytest -q tests/test_fp8_linear.py
 
@@ -9,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels.fp8_linear import E4M3, amax_scale, fp8_linear, fp8_linear_op, fp8_linear_reference, fp8_operands
+from kernels.fp8_linear import (E4M3, E4M3_MAX, FP8_BLOCK, amax_scale, fp8_block_mm, fp8_block_mm_reference,
+                                fp8_linear, fp8_linear_op, fp8_linear_reference, fp8_operands, fp8_weight_blocks)
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 # (T, K, N): rows of K and N bytes in e4m3 must be multiples of 16
@@ -31,7 +33,7 @@ def _check_forward(y, ops):
     1.1e-3 of the sum of the products' sizes at K=768 on an H100 (the CPU's _scaled_mm by up to 2e-4); a wrong scale
     or operand is off by their size."""
     expected = fp8_linear_reference(*ops)
-    size = fp8_linear_reference(ops[0].abs(), ops[1].abs(), ops[2])
+    size = fp8_linear_reference(*(op.double().abs() for op in ops))  # CUDA has no abs of e4m3
     out_eps = {torch.float32: 2**-24, torch.float16: 2**-11, torch.bfloat16: 2**-8}[y.dtype]
     err = (y.double() - expected).abs() - out_eps * expected.abs()
     assert not y.isnan().any() and (err <= 2**-8 * size).all(), \
@@ -86,3 +88,51 @@ def test_nan_in_the_input_reaches_the_output():
     x[3, 5] = float("nan")
     y = fp8_linear(x, w.detach())
     assert y[3].isnan().all() and not y[[0, 1, 2, 4]].isnan().any()
+
+
+# (M, K, N) for a @ bᵀ: M a multiple of 4, K of 512, N of 128
+BLOCK_SHAPES = [(4, 512, 128), (8, 1024, 384), (132, 512, 768), pytest.param(49152, 3072, 768, marks=GPU_ONLY)]
+
+
+@pytest.mark.parametrize("m,k,n", BLOCK_SHAPES)
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_fp8_block_mm(m, k, n, out_dtype, poison_empty):
+    """Against the same e4m3 values times their block scales in fp64; scales spanning 2^±20 between blocks, as a
+    gradient's rows do. A wrong or misaligned scale is off by a whole block's share of the sums."""
+    a8 = torch.randn(m, k, device=DEVICE).mul(64).to(E4M3)
+    sizes = torch.exp2(torch.randint(-20, 20, (k // FP8_BLOCK, m), device=DEVICE).float())
+    a_scale = sizes * (torch.rand(k // FP8_BLOCK, m, device=DEVICE) + 0.5)
+    b8 = torch.randn(n, k, device=DEVICE).mul(64).to(E4M3)
+    b_scale = torch.rand(n // FP8_BLOCK, k // FP8_BLOCK, device=DEVICE) + 0.5
+    y = fp8_block_mm(a8, a_scale, b8, b_scale, out_dtype)
+    assert y.shape == (m, n) and y.dtype == out_dtype and not y.isnan().any()
+    expected = fp8_block_mm_reference(a8, a_scale, b8, b_scale)
+    size = fp8_block_mm_reference(a8.double().abs(), a_scale, b8.double().abs(), b_scale)
+    out_eps = {torch.float32: 2**-24, torch.bfloat16: 2**-8}[out_dtype]
+    err = (y.double() - expected).abs() - out_eps * expected.abs()
+    # cuBLASLt sums each 128-product block in the tensor cores' reduced precision (up to 3.0e-4 of the products'
+    # size on an H100), then scales and adds the blocks in fp32
+    assert (err <= 2**-10 * size).all(), f"off by {(err / size).max().item():.2e} of the products' size"
+
+
+def test_fp8_weight_blocks():
+    """e4m3 copy of w over each 128x128 block's amax / 448, read from a transposed view as the MLP passes w_inᵀ."""
+    w = torch.randn(384, 256, device=DEVICE) * torch.exp2(torch.arange(384, device=DEVICE) % 7.0)[:, None]
+    w[:128, 128:] = 0  # an all-zero block needs a non-zero scale (0/0 in the copy)
+    w8, scale = fp8_weight_blocks(w.T)
+    assert w8.shape == (256, 384) and w8.dtype == E4M3 and w8.is_contiguous() and scale.shape == (2, 3)
+    blocks = w.T.reshape(2, FP8_BLOCK, 3, FP8_BLOCK)
+    assert torch.equal(scale[0, 1], (blocks[0, :, 1].abs().max() / E4M3_MAX).float()) and (scale > 0).all()
+    expected = (blocks / scale[:, None, :, None]).to(E4M3).reshape(256, 384)
+    assert torch.equal(w8.view(torch.uint8), expected.view(torch.uint8))
+    assert (w8.float().view(2, FP8_BLOCK, 3, FP8_BLOCK).abs().amax((1, 3))[scale > 1e-30] == E4M3_MAX).all()
+
+
+def test_fp8_block_mm_refuses_scales_cublaslt_misreads():
+    """cuBLASLt returns wrong sums, without an error, for scale rows that do not start at 16-byte multiples."""
+    a8, b8 = torch.ones(6, 512, device=DEVICE).to(E4M3), torch.ones(128, 512, device=DEVICE).to(E4M3)
+    with pytest.raises(AssertionError, match="M % 4"):
+        fp8_block_mm(a8, torch.ones(4, 6, device=DEVICE), b8, torch.ones(1, 4, device=DEVICE), torch.float32)
+    with pytest.raises(AssertionError, match="K % 512"):
+        fp8_block_mm(a8[:4, :384], torch.ones(3, 4, device=DEVICE), b8[:, :384], torch.ones(1, 3, device=DEVICE),
+                     torch.float32)

@@ -9,9 +9,9 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 import pytest
 import torch
 
-from kernels.fp8_linear import fp8_operands
-from kernels.relu_square import (relu_square_mlp, relu_square_mlp_fp8, relu_square_mlp_fp8_op,
-                                 relu_square_mlp_op, relu_square_mlp_reference)
+from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_weight_blocks
+from kernels.relu_square import (matmul_relu_square_triton, relu_square_mlp, relu_square_mlp_fp8,
+                                 relu_square_mlp_fp8_op, relu_square_mlp_op, relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -60,21 +60,24 @@ def test_public_dispatch_keeps_batched_shapes():
     check(relu_square_mlp(x, w_in, w_out), ref, 2e-2, 2e-2, "out")
 
 
-# (T, D, H): FP8 rows are D and H bytes, which TMA needs in multiples of 16
-FP8_SHAPES = [(1, 64, 96), (7, 48, 272), (129, 768, 384),
-              pytest.param(1000, 768, 3072, marks=GPU_ONLY), pytest.param(16384, 768, 3072, marks=GPU_ONLY)]
+# (T, D, H, fp8_dx): FP8 rows are D and H bytes, which TMA needs in multiples of 16; FP8 dx needs D a multiple of
+# 128, H of 512, T of 4
+FP8_CASES = [(1, 64, 96, False), (7, 48, 272, False), (129, 768, 384, False), (4, 128, 512, True),
+             (8, 256, 1024, True), (132, 768, 512, True), pytest.param(1000, 768, 3072, True, marks=GPU_ONLY),
+             pytest.param(16384, 768, 3072, True, marks=GPU_ONLY)]
 
 
-@pytest.mark.parametrize("tokens,dim,hidden", FP8_SHAPES)
+@pytest.mark.parametrize("tokens,dim,hidden,fp8_dx", FP8_CASES)
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
-def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
+def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, dtype, poison_empty):
     """relu_square_mlp_fp8 (--fp8_body): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
-    backward the unquantized formulas from x, w_in, w_out and that forward's post. Reference: the same roundings in
-    fp64. (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
+    backward the unquantized formulas from x, w_in, w_out and that forward's post, but for fp8_dx's dx: the
+    blockwise FP8 matmul of the kernel's e4m3 d_pre and w_in's blocks. Reference: the same roundings in fp64.
+    (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
     bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
                         torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype).requires_grad_()
-    out = relu_square_mlp_fp8(x, *bank.unbind(0))
+    out = relu_square_mlp_fp8(x, *bank.unbind(0), fp8_dx=fp8_dx)
     grad_out = torch.randn_like(out)
     out.backward(grad_out)
 
@@ -85,11 +88,65 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, dtype, poison_empty):
     post = torch.relu(pre).square()
     d_pre = (g @ w_out.T) * 2 * torch.relu(pre)
     check(out, post @ w_out, 2e-2, 2e-2, "out")
-    check(relu_square_mlp_fp8_op(x.detach(), *bank.detach().unbind(0), x8, w8, scale)[1], post, 2e-2, 2e-2,
-          "post (saved for backward)")
-    check(x.grad, d_pre @ w_in, 2e-2, 2e-2, "grad x")
+    post_op = relu_square_mlp_fp8_op(x.detach(), *bank.detach().unbind(0), x8, w8, scale)[1]
+    check(post_op, post, 2e-2, 2e-2, "post (saved for backward)")
+    if fp8_dx:  # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
+        _, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, bank[1].detach(), post=post_op, fp8_out=True)
+        w_blocks = fp8_weight_blocks(bank[0].detach().T)
+        assert torch.equal(x.grad, fp8_block_mm(d_pre8, d_pre_scale, *w_blocks, dtype)), "grad x: not the FP8 dx"
+        exact = d_pre @ w_in
+        assert (x.grad.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 grad x far from the exact one"
+    else:
+        check(x.grad, d_pre @ w_in, 2e-2, 2e-2, "grad x")
     check(bank.grad[0], d_pre.T @ x64, 2e-2, 2e-2, "grad w_in")
     check(bank.grad[1], post.T @ g, 2e-2, 2e-2, "grad w_out")
     # the FP8 forward stays within e4m3's error of the bf16 MLP (3 mantissa bits on each operand)
     exact = relu_square_mlp_reference(x64, w_in, w_out)
     assert (out.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 output far from the exact MLP"
+
+
+@GPU_ONLY
+def test_fp8_dx_carries_nan(poison_empty):
+    """A NaN in the gradient reaches its row of grad x through the e4m3 d_pre and that row's scales, as in the bf16
+    path, and no other row. (The interpreter's e4m3 cast turns NaN into a number: GPU only.)"""
+    x = torch.randn(8, 128, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    w_in, w_out = (torch.randn(2, 512, 128, device=DEVICE) / 11).bfloat16().unbind(0)
+    out = relu_square_mlp_fp8(x, w_in, w_out, fp8_dx=True)
+    grad_out = torch.randn_like(out)
+    grad_out[3, 5] = float("nan")
+    out.backward(grad_out)
+    assert x.grad[3].isnan().all() and not x.grad[[0, 1, 2, 4, 5, 6, 7]].isnan().any()
+
+
+# (T, H): the kernel's backward writing d_pre in e4m3 too; H a multiple of 128, T of 4
+FP8_OUT_SHAPES = [(4, 128), (132, 384), (260, 256), pytest.param(16384, 3072, marks=GPU_ONLY)]
+
+
+@pytest.mark.parametrize("tokens,hidden", FP8_OUT_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_backward_fp8_out(tokens, hidden, dtype, poison_empty):
+    """d_pre unchanged, its scales the amax of each row's 128 entries / 448, its e4m3 copy d_pre / scale rounded to
+    nearest; a row of zeros and rows of sizes spanning 2^±6 (fp16's range), as gradients have."""
+    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE))
+    grad = (torch.randn(tokens, 128, device=DEVICE) * sizes).to(dtype)
+    grad[tokens // 2] = 0
+    w_out = (torch.randn(hidden, 128, device=DEVICE) / 11).to(dtype)
+    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
+    post[:, :FP8_BLOCK // 2] = 0  # ReLU's zeros: half of a block
+    d_pre, d_pre8, d_scale = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=True)
+    assert torch.equal(d_pre, matmul_relu_square_triton(grad, w_out, post=post)), "d_pre changed by fp8_out"
+    assert d_pre8.dtype == E4M3 and d_scale.shape == (hidden // FP8_BLOCK, tokens) and torch.isfinite(d_scale).all()
+    d = d_pre.double()
+    amax = d.abs().view(tokens, -1, FP8_BLOCK).amax(-1).T  # (H / 128, T), from d_pre rounded to dtype
+    eps = {torch.float16: 2**-11, torch.bfloat16: 2**-8}[dtype]
+    assert (d_scale > 0).all(), "a block of zeros needs a non-zero scale (0/0 in the copy)"
+    assert ((d_scale.double() * 448 - amax).abs() <= eps * amax)[amax > 0].all(), "scales: not amax / 448"
+    scale = d_scale.double().T.repeat_interleave(FP8_BLOCK, 1)
+    got, want = d_pre8.double(), (d / scale).to(E4M3).double()
+    # d_pre's own rounding can move a value across an e4m3 rounding boundary: one e4m3 step (2^-3) either way
+    def off(got):
+        return (got - want).abs() > 2**-3 * want.abs() + 2**-9
+    bad = off(got)
+    if not HAS_CUDA:  # the Triton interpreter drops the carry when rounding up to a power of two: 2^k becomes 2^(k-1)
+        bad &= ~((got.abs().log2() == got.abs().log2().round()) & ~off(2 * got))
+    assert not bad.any(), f"e4m3 d_pre off at {bad.nonzero()[:3].tolist()}: {got[bad][:3]} against {want[bad][:3]}"

@@ -42,7 +42,7 @@ def _relu_square_epilogue(acc, post_desc, off_m, off_n, BACKWARD: tl.constexpr):
     """ReLU² of one fp32 accumulator tile (forward), or the gradient through it (backward: acc is d_post)."""
     if BACKWARD:
         return acc * (2.0 * tl.sqrt(post_desc.load([off_m, off_n]).to(tl.float32)))  # d_pre = d_post · 2·relu(pre)
-    relu_pre = tl.maximum(acc, 0.0)
+    relu_pre = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # as torch.relu: NaN stays NaN
     return relu_pre * relu_pre
 
 

@@ -51,6 +51,20 @@ def test_mlp_op_forward_backward(tokens, dim, hidden, dtype, atol, rtol, poison_
     check(bank.grad[1], ref_bank.grad[1], atol, rtol, "grad w_out")
 
 
+@pytest.mark.parametrize("fp8", [False, pytest.param(True, marks=GPU_ONLY)])
+def test_nan_in_the_input_reaches_its_row(fp8, poison_empty):
+    """A NaN in x makes its row of post and of the output NaN, as torch.relu keeps it, and no other row. (The
+    interpreter reads e4m3's NaN as a number: FP8 on the GPU only.)"""
+    dtype = torch.bfloat16 if HAS_CUDA else torch.float16
+    x = torch.randn(9, 128, device=DEVICE).to(dtype)
+    x[4, 3] = float("nan")
+    w_in, w_out = (torch.randn(2, 256, 128, device=DEVICE) / 11).to(dtype).unbind(0)
+    out, post = (relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in)) if fp8
+                 else relu_square_mlp_op(x, w_in, w_out))
+    for name, t in [("post", post), ("output", out)]:
+        assert t[4].isnan().all() and not t[[0, 1, 2, 3, 5, 6, 7, 8]].isnan().any(), f"NaN lost or spread in {name}"
+
+
 def test_public_dispatch_keeps_batched_shapes():
     """relu_square_mlp runs the op on CUDA (any leading dims) and the reference on the CPU; both agree."""
     x, w_in, w_out = (torch.randn(s, device=DEVICE) / 8 for s in [(3, 11, 64), (128, 64), (128, 64)])

@@ -218,28 +218,31 @@ relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
-                           w_in8: torch.Tensor, w_scale: torch.Tensor, w_in_blocks: torch.Tensor | None = None,
-                           w_in_block_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                           w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_dx: bool = False
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32).
-    The backward is the bf16 one from x, w_in and w_out, but for dx in FP8 when w_in_blocks and w_in_block_scale
-    (fp8_weight_blocks(w_in.T)) are given."""
-    assert (w_in_blocks is None) == (w_in_block_scale is None), "w_in_blocks and w_in_block_scale go together"
+    The backward is the bf16 one from x, w_in and w_out, but for dx in FP8 with fp8_dx."""
     post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
     return post @ w_out, post
 
 
 @relu_square_mlp_fp8_op.register_fake
-def _(x, w_in, w_out, x8, w_in8, w_scale, w_in_blocks=None, w_in_block_scale=None):
+def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_dx=False):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
 def _mlp_fp8_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:3], output[1], *inputs[6:])  # x, w_in, w_out, post, w_in's blocks and scales
+    ctx.save_for_backward(*inputs[:3], output[1])  # x, w_in, w_out and post
+    ctx.fp8_dx = inputs[6]
 
 
 def _mlp_fp8_backward(ctx, grad, _):
-    grads = relu_square_mlp_backward_op(grad.contiguous(), *ctx.saved_tensors)
-    return *grads, None, None, None, None, None  # the FP8 copies and scales get none
+    x, w_in, w_out, post = ctx.saved_tensors
+    # w_in's blocks are made here, not in the forward: only dx reads them, and saved they would add to the peak
+    # memory. Under torch.compile this code is traced into the backward graph, where the cast fuses as before.
+    w_in_blocks = fp8_weight_blocks(w_in.T) if ctx.fp8_dx else ()  # dx = d_pre @ w_in: the right operand is w_inᵀ
+    grads = relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post, *w_in_blocks)
+    return *grads, None, None, None, None  # the FP8 copies, scale and flag get none
 
 
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_fp8_setup)
@@ -248,8 +251,7 @@ relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_f
 def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, fp8_dx: bool) -> torch.Tensor:
     """The MLP of x (T, D) with its first matmul in FP8, and with fp8_dx (D a multiple of 128, H of 512, T of 4) the
     backward's dx too; under torch.compile the casts fuse into the kernels making x and w_in."""
-    w_in_blocks = fp8_weight_blocks(w_in.T) if fp8_dx else ()  # dx = d_pre @ w_in: the right operand is w_inᵀ
-    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), *w_in_blocks)[0]
+    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), fp8_dx)[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

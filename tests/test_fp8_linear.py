@@ -90,6 +90,17 @@ def test_nan_in_the_input_reaches_the_output():
     assert y[3].isnan().all() and not y[[0, 1, 2, 4]].isnan().any()
 
 
+def _block_by_block(a, a_scale, b, b_scale):
+    """a @ bᵀ as cuBLASLt's blockwise FP8 forms it: one product per 128-wide slice of K, scaled by that slice's row
+    scales of a and 128-column block scales of b, summed over the slices."""
+    out = 0
+    for j in range(a.size(1) // FP8_BLOCK):
+        k = slice(j * FP8_BLOCK, (j + 1) * FP8_BLOCK)
+        col_scale = b_scale[:, j].double().repeat_interleave(FP8_BLOCK)
+        out = out + (a[:, k] @ b[:, k].T) * a_scale[j].double()[:, None] * col_scale[None, :]
+    return out
+
+
 # (M, K, N) for a @ bᵀ: M a multiple of 4, K of 512, N of 128
 BLOCK_SHAPES = [(4, 512, 128), (8, 1024, 384), (132, 512, 768), pytest.param(49152, 3072, 768, marks=GPU_ONLY)]
 
@@ -97,8 +108,9 @@ BLOCK_SHAPES = [(4, 512, 128), (8, 1024, 384), (132, 512, 768), pytest.param(491
 @pytest.mark.parametrize("m,k,n", BLOCK_SHAPES)
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_fp8_block_mm(m, k, n, out_dtype, poison_empty):
-    """Against the same e4m3 values times their block scales in fp64; scales spanning 2^±20 between blocks, as a
-    gradient's rows do. A wrong or misaligned scale is off by a whole block's share of the sums."""
+    """Against fp64 products of each 128-wide slice of K times its scales, summed (as cuBLASLt forms them; the CPU
+    path's reference, which scales the operands first, too); scales spanning 2^±20 between blocks, as a gradient's
+    rows do. A wrong or misaligned scale is off by a whole block's share of the sums."""
     a8 = torch.randn(m, k, device=DEVICE).mul(64).to(E4M3)
     sizes = torch.exp2(torch.randint(-20, 20, (k // FP8_BLOCK, m), device=DEVICE).float())
     a_scale = sizes * (torch.rand(k // FP8_BLOCK, m, device=DEVICE) + 0.5)
@@ -106,8 +118,10 @@ def test_fp8_block_mm(m, k, n, out_dtype, poison_empty):
     b_scale = torch.rand(n // FP8_BLOCK, k // FP8_BLOCK, device=DEVICE) + 0.5
     y = fp8_block_mm(a8, a_scale, b8, b_scale, out_dtype)
     assert y.shape == (m, n) and y.dtype == out_dtype and not y.isnan().any()
-    expected = fp8_block_mm_reference(a8, a_scale, b8, b_scale)
-    size = fp8_block_mm_reference(a8.double().abs(), a_scale, b8.double().abs(), b_scale)
+    expected = _block_by_block(a8.double(), a_scale, b8.double(), b_scale)
+    size = _block_by_block(a8.double().abs(), a_scale, b8.double().abs(), b_scale)
+    # the reference (what the CPU returns) scales the operands first: the same sums in another order
+    assert ((fp8_block_mm_reference(a8, a_scale, b8, b_scale) - expected).abs() <= 1e-12 * size).all()
     out_eps = {torch.float32: 2**-24, torch.bfloat16: 2**-8}[out_dtype]
     err = (y.double() - expected).abs() - out_eps * expected.abs()
     # cuBLASLt sums each 128-product block in the tensor cores' reduced precision (up to 3.0e-4 of the products'

@@ -61,7 +61,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_body: bool = True  # FP8 QKV, MLP up-projection forwards, MLP dx (model_dim % 128 == 0) on CUDA; False: bf16
+    fp8_body: bool = True  # FP8 QKV forward, MLP up, down and dx (the last two: model_dim % 128 == 0) on CUDA; False: bf16
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -294,7 +294,7 @@ class GPTConfig:
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
-    fp8_mlp_dx: bool = False  # and its backward's dx over 1x128 / 128x128 block scales (model_dim % 128 == 0)
+    fp8_mlp_blocks: bool = False  # and its second matmul and backward's dx over 1x128 / 128x128 block scales
     fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py: it reads normed rows)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
@@ -334,7 +334,7 @@ class GPTConfig:
         assert self.num_heads * self.head_dim == self.model_dim, "num_heads * head_dim must equal model_dim"
         assert self.num_heads % 2 == 0, "paired-head attention needs an even number of heads"
         assert self.head_dim % 4 == 0 and self.model_dim >= self.gate_channels
-        assert not self.fp8_mlp_dx or (self.fp8_mlp and self.model_dim % 128 == 0), "fp8_mlp_dx: fp8_mlp, model_dim % 128"
+        assert not self.fp8_mlp_blocks or (self.fp8_mlp and self.model_dim % 128 == 0), "fp8_mlp_blocks: fp8_mlp, D % 128"
 
     @property
     def attn_layers(self) -> list[int]:
@@ -526,7 +526,7 @@ class GPT(nn.Module):
         x0_lam = self.x0_lambdas.bfloat16().unbind(0)
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
-        mlp = (partial(relu_square_mlp_fp8, fp8_dx=cfg.fp8_mlp_dx) if cfg.fp8_mlp
+        mlp = (partial(relu_square_mlp_fp8, fp8_dx=cfg.fp8_mlp_blocks, fp8_down=cfg.fp8_mlp_blocks) if cfg.fp8_mlp
                else (lambda *a: relu_square_mlp_op(*a)[0])) if cfg.fused_mlp else relu_square_mlp_reference
         # Value-embedding table k is rows k*V.. of one parameter
         n_ve = len(cfg.value_embed_layers)
@@ -619,7 +619,7 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                      attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda,
-                     fp8_mlp=hp.fp8_body and cuda, fp8_mlp_dx=hp.fp8_body and cuda and hp.model_dim % 128 == 0,
+                     fp8_mlp=hp.fp8_body and cuda, fp8_mlp_blocks=hp.fp8_body and cuda and hp.model_dim % 128 == 0,
                      fp8_qkv=hp.fp8_body and cuda, loss_scale=1 / rt.grad_accum_steps)
 
 
@@ -1681,7 +1681,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
-            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP dx {cfg.fp8_mlp_dx}; "
+            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and dx {cfg.fp8_mlp_blocks}; "
                 f"CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)

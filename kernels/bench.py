@@ -327,6 +327,15 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: matmul_relu_square_triton(x8, w8, scale=scale)),
                                 time_ms(lambda: matmul_relu_square_triton(x, w_in)), flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
+        rows.append(compare_row("  + post's e4m3 copy (torch: without)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(x8, w8, scale=scale, fp8_out=True)),
+                                time_ms(lambda: matmul_relu_square_triton(x8, w8, scale=scale)), flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
+        _, post8, post_scale = matmul_relu_square_triton(x8, w8, scale=scale, fp8_out=True)
+        w_out_blocks = fp8_weight_blocks(w_out.T)  # made outside the timing: training fuses it into the forward
+        rows.append(compare_row("FP8 out = post w_out, block scales (torch: bf16)", shape,
+                                time_ms(lambda: fp8_block_mm(post8, post_scale, *w_out_blocks, torch.bfloat16)),
+                                time_ms(lambda: post @ w_out), flops, "TFLOP/s", peaks.matmul_tflop_s))
         rows.append(compare_row("(g w_outᵀ)·2relu(pre)", shape,
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)),
                                 time_ms(lambda: (grad_out @ w_out.T) * (2 * torch.relu(pre))), flops, "TFLOP/s",
@@ -354,6 +363,11 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True))),
                                 time_ms(lambda: forward_backward(relu_square_mlp)), 6 * flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
+        rows.append(compare_row("  + FP8 down-projection (torch: without)", shape,
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True,
+                                                                         fp8_down=True))),
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True))),
+                                6 * flops, "TFLOP/s", peaks.matmul_tflop_s))
     print_table("relu_square, bf16 (torch: cuBLAS matmul, then relu and square as separate kernels)",
                 COMPARE_HEADERS, rows)
 
@@ -369,10 +383,14 @@ def sweep_relu_square(peaks: Peaks):
                                                                                  config=config)),
                            ("backward_fp8", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                      config=config, fp8_out=True)),
-                           ("forward_fp8", lambda config: matmul_relu_square_triton(x8, w8, config=config, scale=scale))]:
+                           ("forward_fp8", lambda config: matmul_relu_square_triton(x8, w8, config=config, scale=scale)),
+                           ("forward_fp8_out", lambda config: matmul_relu_square_triton(x8, w8, config=config,
+                                                                                        scale=scale, fp8_out=True))]:
         table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
-        candidates = {"forward_fp8": MLP_FP8_CANDIDATES, "backward_fp8": MLP_FP8_OUT_CANDIDATES}
+        candidates = {"forward_fp8": MLP_FP8_CANDIDATES, "backward_fp8": MLP_FP8_OUT_CANDIDATES,
+                      "forward_fp8_out": [c for c in MLP_FP8_CANDIDATES if c.block_n == 128] +
+                      [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8)]}
         for config in candidates.get(direction, MLP_CANDIDATES):
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"
             try:

@@ -76,9 +76,9 @@ def fp8_linear_reference(x8: Tensor, w8: Tensor, w_scale: Tensor) -> Tensor:
     return x8.double() @ w8.double().T * w_scale.double()
 
 
-# Blockwise scaling (the MLP's dx = d_pre @ w_in with --fp8_body): gradients have no bound to scale by, so each
-# 1x128 block of a row of d_pre gets its own scale (written by the kernel that makes d_pre, no pass over it), and
-# each 128x128 block of the weight its own.
+# Blockwise scaling (the MLP's out = post @ w_out and dx = d_pre @ w_in with --fp8_body): post and the gradient have
+# no bound to scale by, so each 1x128 block of a row gets its own scale (written by the kernel that makes it, no pass
+# over it), and each 128x128 block of the weight its own.
 
 def fp8_weight_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
     """w (N, K), N and K multiples of 128 (a transposed view too), as fp8_block_mm's right operand: e4m3 (N, K) of w

@@ -10,10 +10,11 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
 
 FP8 (--fp8_body, the trainer's default on CUDA): the forward's first matmul reads e4m3 copies of x and w_in, x
 unscaled (an RMS-normed row has no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448;
-the epilogue multiplies that scale back in (upstream's FP8 up-projection: record #84). The backward's epilogue
-also writes d_pre in e4m3, each 1x128 block of a row over its own amax / 448 (a gradient has no bound to scale by,
-and a block's amax is in the tile), for dx = d_pre w_in in cuBLASLt's blockwise-scaled FP8 (w_in over 128x128
-block scales). dW_in and dW_out stay bf16: they reduce over tokens and would need transposed FP8 copies.
+the epilogue multiplies that scale back in (upstream's FP8 up-projection: record #84). Both epilogues also write
+their output in e4m3, each 1x128 block of a row over its own amax / 448 (post and the gradient d_pre have no
+bound to scale by, and a block's amax is in the tile), for out = post w_out and dx = d_pre w_in in cuBLASLt's
+blockwise-scaled FP8 (the weights over 128x128 block scales). The backward still reads the bf16 post; dW_in and
+dW_out stay bf16: they reduce over tokens and would need transposed FP8 copies.
 
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
@@ -52,7 +53,7 @@ def _matmul_relu_square_kernel(
     out_desc,        # (M, N) output: relu(acc)² forward, acc·2·sqrt(post) backward
     post_desc,       # (M, N) the forward's output, read in the backward only
     scale_ptr,       # fp32 scalar multiplying acc (SCALED: FP8 operands)
-    out8_desc,       # (M, N) e4m3 copy of the output over its row scales (FP8_OUT, backward only)
+    out8_desc,       # (M, N) e4m3 copy of the output over its row scales (FP8_OUT)
     out8_scale_ptr,  # (N / BLOCK_N, M) fp32 row scales of out8, one per row of each BLOCK_N-wide column block
     M, N, K, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
@@ -106,15 +107,17 @@ class MLPConfig(NamedTuple):
 # (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages; swept at all
 # three token counts, 256x128x64 ties 128x256x64 at 16384 and 32768 and is 3% faster at 49152
 # (records/enwiki-124/2026-11-26_fp8-qkv-projection). The FP8 forward's 128-wide K tiles (128 bytes) were the
-# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). The backward writing d_pre's e4m3 copy too
-# needs 128-wide N tiles (its 1x128 scale blocks); 256x128x64 with 3 stages still fits its shared memory (230 KB)
-# and was the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-dx).
+# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). A pass writing its e4m3 copy too needs 128-wide
+# N tiles (the 1x128 scale blocks): for the backward 256x128x64 with 3 stages still fits its shared memory (230 KB)
+# and was the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-dx), for the forward 256x128x128 with 3 stages
+# of 5 (records/enwiki-124/2026-11-26_fp8-mlp-down-blockwise).
 MLP_CONFIGS = {
     SM90: {
         ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
         ("backward", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
         ("backward_fp8", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
         ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
+        ("forward_fp8_out", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
     },
 }
 # Fallback (other GPUs and shapes, the interpreter), untuned: half the tuned tile, so it needs less shared memory.
@@ -133,9 +136,9 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
                               out_dtype: torch.dtype = torch.bfloat16, fp8_out: bool = False):
     """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post).
     scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype.
-    fp8_out (backward only): also return the output in e4m3 over 1x128 row-block scales, and those scales as an
-    (N / 128, M) fp32 tensor: out ≈ out8 · scales.T repeated 128 times along N. M a multiple of 4: cuBLASLt reads
-    the scales' rows at 16-byte multiples."""
+    fp8_out: also return the output in e4m3 over 1x128 row-block scales, and those scales as an (N / 128, M) fp32
+    tensor: out ≈ out8 · scales.T repeated 128 times along N. M a multiple of 4: cuBLASLt reads the scales' rows at
+    16-byte multiples."""
     assert a.ndim == 2 and b.ndim == 2 and a.shape[1] == b.shape[1], \
         f"need a (M, K), b (N, K); got {tuple(a.shape)}, {tuple(b.shape)}"
     assert a.dtype == b.dtype and a.is_contiguous() and b.is_contiguous(), "a and b must be contiguous, one dtype"
@@ -147,10 +150,11 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
         assert post.shape == (M, N) and post.dtype == a.dtype and post.is_contiguous(), \
             "post must be the forward's (M, N) output"
     out = torch.empty(M, N, dtype=out_dtype if fp8 else a.dtype, device=a.device)
-    direction = ("backward_fp8" if fp8_out else "backward") if backward else "forward_fp8" if fp8 else "forward"
+    direction = ("backward" if backward else "forward") + ("_fp8" if fp8 or fp8_out else "") + \
+        ("_out" if fp8_out and not backward else "")
     block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
-    assert not fp8_out or (backward and block_n == FP8_BLOCK and N % FP8_BLOCK == 0 and M % 4 == 0), \
-        f"fp8_out needs the backward, {FP8_BLOCK}-wide column tiles, N a multiple of {FP8_BLOCK} and M of 4"
+    assert not fp8_out or (block_n == FP8_BLOCK and N % FP8_BLOCK == 0 and M % 4 == 0), \
+        f"fp8_out needs {FP8_BLOCK}-wide column tiles, N a multiple of {FP8_BLOCK} and M of 4"
     out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
     post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
     out8 = torch.empty(M, N, dtype=E4M3, device=a.device) if fp8_out else out
@@ -218,16 +222,23 @@ relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
-                           w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_dx: bool = False
+                           w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_dx: bool = False,
+                           w_out_blocks: torch.Tensor | None = None, w_out_block_scale: torch.Tensor | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32).
-    The backward is the bf16 one from x, w_in and w_out, but for dx in FP8 with fp8_dx."""
-    post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
-    return post @ w_out, post
+    """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32), and
+    whose second reads post in e4m3 over 1x128 row-block scales when w_out's blocks and their scales
+    (fp8_weight_blocks(w_out.T)) are given. The backward is the bf16 one from x, w_in, w_out and post, but for dx in
+    FP8 with fp8_dx."""
+    assert (w_out_blocks is None) == (w_out_block_scale is None), "w_out_blocks and w_out_block_scale go together"
+    if w_out_blocks is None:
+        post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
+        return post @ w_out, post
+    post, post8, post_scale = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype, fp8_out=True)
+    return fp8_block_mm(post8, post_scale, w_out_blocks, w_out_block_scale, x.dtype), post
 
 
 @relu_square_mlp_fp8_op.register_fake
-def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_dx=False):
+def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_dx=False, w_out_blocks=None, w_out_block_scale=None):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
@@ -242,16 +253,19 @@ def _mlp_fp8_backward(ctx, grad, _):
     # memory. Under torch.compile this code is traced into the backward graph, where the cast fuses as before.
     w_in_blocks = fp8_weight_blocks(w_in.T) if ctx.fp8_dx else ()  # dx = d_pre @ w_in: the right operand is w_inᵀ
     grads = relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post, *w_in_blocks)
-    return *grads, None, None, None, None  # the FP8 copies, scale and flag get none
+    return *grads, None, None, None, None, None, None  # the FP8 copies, scales and flag get none
 
 
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_fp8_setup)
 
 
-def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, fp8_dx: bool) -> torch.Tensor:
-    """The MLP of x (T, D) with its first matmul in FP8, and with fp8_dx (D a multiple of 128, H of 512, T of 4) the
-    backward's dx too; under torch.compile the casts fuse into the kernels making x and w_in."""
-    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), fp8_dx)[0]
+def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, fp8_dx: bool,
+                        fp8_down: bool = False) -> torch.Tensor:
+    """The MLP of x (T, D) with its first matmul in FP8, with fp8_down the second, and with fp8_dx the backward's dx
+    (both: D a multiple of 128, H of 512, T of 4); under torch.compile the casts fuse into the kernels making x and
+    the weights."""
+    w_out_blocks = fp8_weight_blocks(w_out.T) if fp8_down else ()  # out = post @ w_out: the right operand is w_outᵀ
+    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), fp8_dx, *w_out_blocks)[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

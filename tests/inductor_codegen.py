@@ -38,7 +38,7 @@ def generated_code(tokens: int = 128) -> list[str]:
     torch.utils._triton.triton_hash_with_backend = lambda: "interpreter"  # no GPU backend to hash
     inductor_config.cpu_backend = "triton"
     cfg = tg.GPTConfig(vocab_size=256, model_dim=768, num_heads=6, head_dim=128, max_tokens=4 * tokens,
-                       attention="varlen", fused_mlp=True, fp8_head=True, fp8_mlp=True, fp8_mlp_dx=True,
+                       attention="varlen", fused_mlp=True, fp8_head=True, fp8_mlp=True, fp8_mlp_blocks=True,
                        fp8_qkv=True)
     torch.manual_seed(0)
     model = tg.GPT(cfg)

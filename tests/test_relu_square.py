@@ -74,26 +74,30 @@ def test_public_dispatch_keeps_batched_shapes():
     check(relu_square_mlp(x, w_in, w_out), ref, 2e-2, 2e-2, "out")
 
 
-# (T, D, H, fp8_dx): FP8 rows are D and H bytes, which TMA needs in multiples of 16; FP8 dx needs D a multiple of
-# 128, H of 512, T of 4
+# (T, D, H, fp8_dx): FP8 rows are D and H bytes, which TMA needs in multiples of 16; FP8 dx (and down-projection)
+# needs D a multiple of 128, H of 512, T of 4
 FP8_CASES = [(1, 64, 96, False), (7, 48, 272, False), (129, 768, 384, False), (4, 128, 512, True),
              (8, 256, 1024, True), (132, 768, 512, True), pytest.param(1000, 768, 3072, True, marks=GPU_ONLY),
              pytest.param(16384, 768, 3072, True, marks=GPU_ONLY)]
 
 
 @pytest.mark.parametrize("tokens,dim,hidden,fp8_dx", FP8_CASES)
+@pytest.mark.parametrize("fp8_down", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
-def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, dtype, poison_empty):
+def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, fp8_down, dtype, poison_empty):
     """relu_square_mlp_fp8 (--fp8_body): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
     backward the unquantized formulas from x, w_in, w_out and that forward's post, but for fp8_dx's dx: the
-    blockwise FP8 matmul of the kernel's e4m3 d_pre and w_in's blocks. Reference: the same roundings in fp64.
+    blockwise FP8 matmul of the kernel's e4m3 d_pre and w_in's blocks; with fp8_down the second matmul the blockwise
+    one of the kernel's e4m3 post and w_out's blocks. Reference: the same roundings in fp64.
     (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
+    if fp8_down and not fp8_dx:
+        pytest.skip("the FP8 down-projection needs the block shapes of FP8 dx")
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
     bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
                         torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype).requires_grad_()
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        out = relu_square_mlp_fp8(x, *bank.unbind(0), fp8_dx=fp8_dx)
+        out = relu_square_mlp_fp8(x, *bank.unbind(0), fp8_dx=fp8_dx, fp8_down=fp8_down)
     # the backward's FP8 copies (w_in's blocks) are made there: saved, they would add to the peak memory
     assert all(t.element_size() > 1 for t in saved), f"the forward saved {[t.dtype for t in saved]}"
     grad_out = torch.randn_like(out)
@@ -105,9 +109,14 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, dtype, poison_
     pre = x8.double() @ (w8.double() * scale.double()).T
     post = torch.relu(pre).square()
     d_pre = (g @ w_out.T) * 2 * torch.relu(pre)
-    check(out, post @ w_out, 2e-2, 2e-2, "out")
     post_op = relu_square_mlp_fp8_op(x.detach(), *bank.detach().unbind(0), x8, w8, scale)[1]
     check(post_op, post, 2e-2, 2e-2, "post (saved for backward)")
+    if fp8_down:  # the kernel's e4m3 post (tested below) times w_out's blocks
+        _, post8, post_scale = matmul_relu_square_triton(x8, w8, scale=scale, out_dtype=dtype, fp8_out=True)
+        expected = fp8_block_mm(post8, post_scale, *fp8_weight_blocks(bank[1].detach().T), dtype)
+        assert torch.equal(out, expected), "out: not the FP8 down-projection"
+    else:
+        check(out, post @ w_out, 2e-2, 2e-2, "out")
     if fp8_dx:  # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
         _, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, bank[1].detach(), post=post_op, fp8_out=True)
         w_blocks = fp8_weight_blocks(bank[0].detach().T)
@@ -154,17 +163,42 @@ def test_backward_fp8_out(tokens, hidden, dtype, poison_empty):
     d_pre, d_pre8, d_scale = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=True)
     assert torch.equal(d_pre, matmul_relu_square_triton(grad, w_out, post=post)), "d_pre changed by fp8_out"
     assert d_pre8.dtype == E4M3 and d_scale.shape == (hidden // FP8_BLOCK, tokens) and torch.isfinite(d_scale).all()
-    d = d_pre.double()
-    amax = d.abs().view(tokens, -1, FP8_BLOCK).amax(-1).T  # (H / 128, T), from d_pre rounded to dtype
-    eps = {torch.float16: 2**-11, torch.bfloat16: 2**-8}[dtype]
-    assert (d_scale > 0).all(), "a block of zeros needs a non-zero scale (0/0 in the copy)"
-    assert ((d_scale.double() * 448 - amax).abs() <= eps * amax)[amax > 0].all(), "scales: not amax / 448"
-    scale = d_scale.double().T.repeat_interleave(FP8_BLOCK, 1)
-    got, want = d_pre8.double(), (d / scale).to(E4M3).double()
-    # d_pre's own rounding can move a value across an e4m3 rounding boundary: one e4m3 step (2^-3) either way
+    check_fp8_out(d_pre, d_pre8, d_scale, dtype)
+
+
+def check_fp8_out(out, out8, out_scale, dtype):
+    """out8 and out_scale (fp8_out) against the kernel's own out: each row's 128-entry blocks over their amax / 448,
+    rounded to nearest e4m3."""
+    tokens, hidden = out.shape
+    assert out8.dtype == E4M3 and out_scale.shape == (hidden // FP8_BLOCK, tokens) and torch.isfinite(out_scale).all()
+    d = out.double()
+    amax = d.abs().view(tokens, -1, FP8_BLOCK).amax(-1).T  # (H / 128, T), from out rounded to dtype
+    # out's rounding to dtype: relative, and absolute in fp16's subnormal range (ReLU²'s tiny posts, tiny gradients)
+    eps, step = {torch.float16: (2**-11, 2**-24), torch.bfloat16: (2**-8, 0.0)}[dtype]
+    assert (out_scale > 0).all(), "a block of zeros needs a non-zero scale (0/0 in the copy)"
+    assert ((out_scale.double() * 448 - amax).abs() <= eps * amax + step)[amax > 0].all(), "scales: not amax / 448"
+    scale = out_scale.double().T.repeat_interleave(FP8_BLOCK, 1)
+    got, want = out8.double(), (d / scale).to(E4M3).double()
+    # which can move a value across an e4m3 rounding boundary: one e4m3 step (2^-3) either way, or fp16's step
+    tiny = step / scale
     def off(got):
-        return (got - want).abs() > 2**-3 * want.abs() + 2**-9
+        return (got - want).abs() > 2**-3 * want.abs() + 2**-9 + tiny
     bad = off(got)
     if not HAS_CUDA:  # the Triton interpreter drops the carry when rounding up to a power of two: 2^k becomes 2^(k-1)
         bad &= ~((got.abs().log2() == got.abs().log2().round()) & ~off(2 * got))
-    assert not bad.any(), f"e4m3 d_pre off at {bad.nonzero()[:3].tolist()}: {got[bad][:3]} against {want[bad][:3]}"
+    assert not bad.any(), f"e4m3 copy off at {bad.nonzero()[:3].tolist()}: {got[bad][:3]} against {want[bad][:3]}"
+
+
+@pytest.mark.parametrize("tokens,hidden", FP8_OUT_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_forward_fp8_out(tokens, hidden, dtype, poison_empty):
+    """The FP8 forward writing post in e4m3 too (the down-projection's operand): post unchanged, its copy as the
+    backward's; rows of sizes spanning 2^±3 and a zero row."""
+    sizes = torch.exp2(torch.randint(-3, 3, (tokens, 1), device=DEVICE).float())
+    x8 = (torch.randn(tokens, 128, device=DEVICE) * sizes).to(E4M3)
+    x8[tokens // 2] = 0
+    w8 = torch.randn(hidden, 128, device=DEVICE).to(E4M3)
+    scale = torch.tensor(0.01, device=DEVICE)
+    post, post8, post_scale = matmul_relu_square_triton(x8, w8, scale=scale, out_dtype=dtype, fp8_out=True)
+    assert torch.equal(post, matmul_relu_square_triton(x8, w8, scale=scale, out_dtype=dtype)), "post changed by fp8_out"
+    check_fp8_out(post, post8, post_scale, dtype)

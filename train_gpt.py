@@ -526,7 +526,7 @@ class GPT(nn.Module):
         x0_lam = self.x0_lambdas.bfloat16().unbind(0)
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
-        mlp = (partial(relu_square_mlp_fp8, fp8_dx=cfg.fp8_mlp_blocks, fp8_down=cfg.fp8_mlp_blocks) if cfg.fp8_mlp
+        mlp = (partial(relu_square_mlp_fp8, blocks=cfg.fp8_mlp_blocks) if cfg.fp8_mlp
                else (lambda *a: relu_square_mlp_op(*a)[0])) if cfg.fused_mlp else relu_square_mlp_reference
         # Value-embedding table k is rows k*V.. of one parameter
         n_ve = len(cfg.value_embed_layers)

@@ -359,14 +359,13 @@ def bench_relu_square(peaks: Peaks):
         rows.append(compare_row("MLP fwd+bwd", shape, time_ms(lambda: forward_backward(relu_square_mlp)),
                                 time_ms(lambda: forward_backward(relu_square_mlp_reference)), 6 * flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
-        rows.append(compare_row("FP8 MLP fwd+bwd, casts unfused (torch: bf16 op)", shape,
-                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True))),
+        rows.append(compare_row("FP8 MLP fwd+bwd, up-projection, casts unfused (torch: bf16 op)", shape,
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=False))),
                                 time_ms(lambda: forward_backward(relu_square_mlp)), 6 * flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
-        rows.append(compare_row("  + FP8 down-projection (torch: without)", shape,
-                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True,
-                                                                         fp8_down=True))),
-                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, fp8_dx=True))),
+        rows.append(compare_row("  + down-projection and dx over block scales (torch: without)", shape,
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=True))),
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=False))),
                                 6 * flops, "TFLOP/s", peaks.matmul_tflop_s))
     print_table("relu_square, bf16 (torch: cuBLAS matmul, then relu and square as separate kernels)",
                 COMPARE_HEADERS, rows)

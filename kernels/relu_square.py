@@ -259,13 +259,12 @@ def _mlp_fp8_backward(ctx, grad, _):
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_fp8_setup)
 
 
-def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, fp8_dx: bool,
-                        fp8_down: bool = False) -> torch.Tensor:
-    """The MLP of x (T, D) with its first matmul in FP8, with fp8_down the second, and with fp8_dx the backward's dx
-    (both: D a multiple of 128, H of 512, T of 4); under torch.compile the casts fuse into the kernels making x and
-    the weights."""
-    w_out_blocks = fp8_weight_blocks(w_out.T) if fp8_down else ()  # out = post @ w_out: the right operand is w_outᵀ
-    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), fp8_dx, *w_out_blocks)[0]
+def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, blocks: bool) -> torch.Tensor:
+    """The MLP of x (T, D) with its first matmul in FP8, and with blocks (D a multiple of 128, H of 512, T of 4) its
+    second and the backward's dx too, over block scales; under torch.compile the casts fuse into the kernels making x
+    and the weights."""
+    w_out_blocks = fp8_weight_blocks(w_out.T) if blocks else ()  # out = post @ w_out: the right operand is w_outᵀ
+    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), blocks, *w_out_blocks)[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

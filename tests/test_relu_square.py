@@ -74,30 +74,27 @@ def test_public_dispatch_keeps_batched_shapes():
     check(relu_square_mlp(x, w_in, w_out), ref, 2e-2, 2e-2, "out")
 
 
-# (T, D, H, fp8_dx): FP8 rows are D and H bytes, which TMA needs in multiples of 16; FP8 dx (and down-projection)
-# needs D a multiple of 128, H of 512, T of 4
+# (T, D, H, blocks): FP8 rows are D and H bytes, which TMA needs in multiples of 16; the block-scaled down-projection
+# and dx need D a multiple of 128, H of 512, T of 4
 FP8_CASES = [(1, 64, 96, False), (7, 48, 272, False), (129, 768, 384, False), (4, 128, 512, True),
              (8, 256, 1024, True), (132, 768, 512, True), pytest.param(1000, 768, 3072, True, marks=GPU_ONLY),
              pytest.param(16384, 768, 3072, True, marks=GPU_ONLY)]
 
 
-@pytest.mark.parametrize("tokens,dim,hidden,fp8_dx", FP8_CASES)
-@pytest.mark.parametrize("fp8_down", [False, True])
+@pytest.mark.parametrize("tokens,dim,hidden,blocks", FP8_CASES)
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
-def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, fp8_down, dtype, poison_empty):
+def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, blocks, dtype, poison_empty):
     """relu_square_mlp_fp8 (--fp8_body): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
-    backward the unquantized formulas from x, w_in, w_out and that forward's post, but for fp8_dx's dx: the
-    blockwise FP8 matmul of the kernel's e4m3 d_pre and w_in's blocks; with fp8_down the second matmul the blockwise
-    one of the kernel's e4m3 post and w_out's blocks. Reference: the same roundings in fp64.
+    backward the unquantized formulas from x, w_in, w_out and that forward's post; with blocks the second matmul is
+    the blockwise FP8 one of the kernel's e4m3 post and w_out's blocks, and dx that of the kernel's e4m3 d_pre and
+    w_in's blocks. Reference: the same roundings in fp64.
     (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
-    if fp8_down and not fp8_dx:
-        pytest.skip("the FP8 down-projection needs the block shapes of FP8 dx")
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
     bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
                         torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype).requires_grad_()
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        out = relu_square_mlp_fp8(x, *bank.unbind(0), fp8_dx=fp8_dx, fp8_down=fp8_down)
+        out = relu_square_mlp_fp8(x, *bank.unbind(0), blocks=blocks)
     # the backward's FP8 copies (w_in's blocks) are made there: saved, they would add to the peak memory
     assert all(t.element_size() > 1 for t in saved), f"the forward saved {[t.dtype for t in saved]}"
     grad_out = torch.randn_like(out)
@@ -111,13 +108,13 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, fp8_dx, fp8_down, dtyp
     d_pre = (g @ w_out.T) * 2 * torch.relu(pre)
     post_op = relu_square_mlp_fp8_op(x.detach(), *bank.detach().unbind(0), x8, w8, scale)[1]
     check(post_op, post, 2e-2, 2e-2, "post (saved for backward)")
-    if fp8_down:  # the kernel's e4m3 post (tested below) times w_out's blocks
+    if blocks:  # the kernel's e4m3 post (tested below) times w_out's blocks
         _, post8, post_scale = matmul_relu_square_triton(x8, w8, scale=scale, out_dtype=dtype, fp8_out=True)
         expected = fp8_block_mm(post8, post_scale, *fp8_weight_blocks(bank[1].detach().T), dtype)
         assert torch.equal(out, expected), "out: not the FP8 down-projection"
     else:
         check(out, post @ w_out, 2e-2, 2e-2, "out")
-    if fp8_dx:  # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
+    if blocks:  # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
         _, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, bank[1].detach(), post=post_op, fp8_out=True)
         w_blocks = fp8_weight_blocks(bank[0].detach().T)
         assert torch.equal(x.grad, fp8_block_mm(d_pre8, d_pre_scale, *w_blocks, dtype)), "grad x: not the FP8 dx"
@@ -138,7 +135,7 @@ def test_fp8_dx_carries_nan(poison_empty):
     path, and no other row. (The interpreter's e4m3 cast turns NaN into a number: GPU only.)"""
     x = torch.randn(8, 128, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
     w_in, w_out = (torch.randn(2, 512, 128, device=DEVICE) / 11).bfloat16().unbind(0)
-    out = relu_square_mlp_fp8(x, w_in, w_out, fp8_dx=True)
+    out = relu_square_mlp_fp8(x, w_in, w_out, blocks=True)
     grad_out = torch.randn_like(out)
     grad_out[3, 5] = float("nan")
     out.backward(grad_out)

@@ -61,7 +61,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_body: bool = True  # FP8 QKV forward, MLP up, down and dx (the last two: model_dim % 128 == 0) on CUDA; False: bf16
+    fp8_body: bool = True  # FP8 QKV forward, the MLP but dW (down, backward: model_dim % 128 == 0) on CUDA; False: bf16
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -294,7 +294,7 @@ class GPTConfig:
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
-    fp8_mlp_blocks: bool = False  # and its second matmul and backward's dx over 1x128 / 128x128 block scales
+    fp8_mlp_blocks: bool = False  # and its second matmul, the backward's d_pre and dx (block and row scales)
     fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py: it reads normed rows)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
@@ -1681,7 +1681,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
-            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and dx {cfg.fp8_mlp_blocks}; "
+            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}; "
                 f"CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)

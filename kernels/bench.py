@@ -27,7 +27,7 @@ import triton
 from triton.testing import do_bench
 
 from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
-from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_weight_blocks
+from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_weight_blocks
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
@@ -344,6 +344,12 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)), flops,
                                 "TFLOP/s", peaks.matmul_tflop_s))
+        (g8, g_scale), (_, w_out8, w_out_scale) = fp8_rows(grad_out), fp8_operands(w_out, w_out)
+        rows.append(compare_row("FP8 (g w_outᵀ)·2relu(pre), row scales, + copy (torch: the bf16 kernel)", shape,
+                                time_ms(lambda: matmul_relu_square_triton(g8, w_out8, post=post, scale=w_out_scale,
+                                                                          row_scale=g_scale, fp8_out=True)),
+                                time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
+                                flops, "TFLOP/s", peaks.matmul_tflop_s))
         d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)
         w_blocks = fp8_weight_blocks(w_in.T)  # made outside the timing: training fuses it into the forward
         rows.append(compare_row("FP8 dx = d_pre w_in, block scales (torch: bf16)", shape,
@@ -377,19 +383,24 @@ def sweep_relu_square(peaks: Peaks):
     flops = 2 * tokens * MLP_DIM * MLP_HIDDEN
     rows = []
     x8, w8, scale = fp8_operands(x, bank[0])
-    for direction, run in [("forward", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
-                           ("backward", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
-                                                                                 config=config)),
-                           ("backward_fp8", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
-                                                                                     config=config, fp8_out=True)),
+    (g8, g_scale), (_, w_out8, w_out_scale) = fp8_rows(grad_out), fp8_operands(bank[1], bank[1])
+    fp8_out8 = [c for c in MLP_FP8_CANDIDATES if c.block_n == 128] + \
+        [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8)]
+    for direction, run in [("forward_bf16", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
+                           ("backward_bf16", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
+                                                                                      config=config)),
+                           ("backward_bf16_out8", lambda config: matmul_relu_square_triton(
+                               grad_out, bank[1], post=post, config=config, fp8_out=True)),
                            ("forward_fp8", lambda config: matmul_relu_square_triton(x8, w8, config=config, scale=scale)),
-                           ("forward_fp8_out", lambda config: matmul_relu_square_triton(x8, w8, config=config,
-                                                                                        scale=scale, fp8_out=True))]:
+                           ("forward_fp8_out8", lambda config: matmul_relu_square_triton(x8, w8, config=config,
+                                                                                         scale=scale, fp8_out=True)),
+                           ("backward_fp8_out8", lambda config: matmul_relu_square_triton(
+                               g8, w_out8, post=post, config=config, scale=w_out_scale, row_scale=g_scale,
+                               fp8_out=True))]:
         table = mlp_config(torch.device(DEVICE), direction, MLP_HIDDEN, MLP_DIM)
         case_rows = []
-        candidates = {"forward_fp8": MLP_FP8_CANDIDATES, "backward_fp8": MLP_FP8_OUT_CANDIDATES,
-                      "forward_fp8_out": [c for c in MLP_FP8_CANDIDATES if c.block_n == 128] +
-                      [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8)]}
+        candidates = {"forward_fp8": MLP_FP8_CANDIDATES, "backward_bf16_out8": MLP_FP8_OUT_CANDIDATES,
+                      "forward_fp8_out8": fp8_out8, "backward_fp8_out8": fp8_out8}
         for config in candidates.get(direction, MLP_CANDIDATES):
             label = f"{config.block_m}x{config.block_n}x{config.block_k} s{config.num_stages} w{config.num_warps}"
             try:

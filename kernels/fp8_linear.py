@@ -30,10 +30,21 @@ def amax_scale(t: Tensor) -> Tensor:
     return scale_of(t.abs().amax())
 
 
+def fp8_rows(t: Tensor) -> tuple[Tensor, Tensor]:
+    """t (M, K) in e4m3 over one scale per row, amax(|row|) / 448, and those scales as an (M,) fp32 tensor."""
+    scale = scale_of(t.abs().amax(-1))
+    return (t / scale[:, None]).to(E4M3), scale
+
+
+def fp8_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
+    """e4m3 t / scale and that scale (amax_scale(t)): one scale for the whole tensor."""
+    scale = amax_scale(t)
+    return (t / scale).to(E4M3), scale
+
+
 def fp8_operands(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """e4m3 x (unscaled: x must have RMS-normed rows), e4m3 w / scale, and that scale (amax_scale(w))."""
-    w_scale = amax_scale(w)
-    return x.to(E4M3), (w / w_scale).to(E4M3), w_scale
+    return x.to(E4M3), *fp8_tensor(w)
 
 
 @torch.library.custom_op("nanogpt::fp8_linear", mutates_args=())

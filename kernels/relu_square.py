@@ -10,11 +10,14 @@ Fused linear→ReLU² kernel idea by @andrewbriand and @jrauvola in modded-nanog
 
 FP8 (--fp8_body, the trainer's default on CUDA): the forward's first matmul reads e4m3 copies of x and w_in, x
 unscaled (an RMS-normed row has no entry above sqrt(D), far below e4m3's 448) and w_in divided by amax(|w_in|) / 448;
-the epilogue multiplies that scale back in (upstream's FP8 up-projection: record #84). Both epilogues also write
-their output in e4m3, each 1x128 block of a row over its own amax / 448 (post and the gradient d_pre have no
-bound to scale by, and a block's amax is in the tile), for out = post w_out and dx = d_pre w_in in cuBLASLt's
-blockwise-scaled FP8 (the weights over 128x128 block scales). The backward still reads the bf16 post; dW_in and
-dW_out stay bf16: they reduce over tokens and would need transposed FP8 copies.
+the epilogue multiplies that scale back in (upstream's FP8 up-projection: record #84). With block scales on, both
+epilogues also write their output in e4m3, each 1x128 block of a row over its own amax / 448 (post and the gradient
+d_pre have no bound to scale by, and a block's amax is in the tile), for out = post w_out and dx = d_pre w_in in
+cuBLASLt's blockwise-scaled FP8 (the weights over 128x128 block scales); and the backward's matmul reads e4m3 copies
+of g, each row over its own amax / 448 (the scale of a row of the accumulator), and of w_out over one scale.
+The backward still reads the bf16 post; dW_in and dW_out stay bf16: they reduce over tokens, and cuBLASLt's blockwise
+FP8 over that long K was barely faster than bf16 before any transposed copy (records/kernels/2026-11-26_fp8-dw-
+blockwise).
 
 Only post is saved: relu(pre) = sqrt(post), and the square root of the rounded post has a relative
 error of at most 2^-10, below the 2^-9 of rounding pre itself to bf16. That halves the forward
@@ -32,7 +35,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.configs import SM90, pick, sm_count
-from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_weight_blocks
+from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_rows, fp8_tensor, fp8_weight_blocks
 
 
 # -----------------------------------------------------------------------------
@@ -53,11 +56,12 @@ def _matmul_relu_square_kernel(
     out_desc,        # (M, N) output: relu(acc)² forward, acc·2·sqrt(post) backward
     post_desc,       # (M, N) the forward's output, read in the backward only
     scale_ptr,       # fp32 scalar multiplying acc (SCALED: FP8 operands)
+    row_scale_ptr,   # (M,) fp32 scales of A's rows, multiplying acc's rows too (ROW_SCALED)
     out8_desc,       # (M, N) e4m3 copy of the output over its row scales (FP8_OUT)
     out8_scale_ptr,  # (N / BLOCK_N, M) fp32 row scales of out8, one per row of each BLOCK_N-wide column block
     M, N, K, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
-    SCALED: tl.constexpr, FP8_OUT: tl.constexpr,
+    SCALED: tl.constexpr, ROW_SCALED: tl.constexpr, FP8_OUT: tl.constexpr,
 ):
     tiles_n = tl.cdiv(N, BLOCK_N)
     num_tiles = tl.cdiv(M, BLOCK_M) * tiles_n
@@ -72,6 +76,9 @@ def _matmul_relu_square_kernel(
             acc = tl.dot(a_desc.load([off_m, off_k]), b_desc.load([off_n, off_k]).T, acc)
         if SCALED:
             acc = acc * tl.load(scale_ptr)
+        if ROW_SCALED:
+            rows = off_m + tl.arange(0, BLOCK_M)
+            acc = acc * tl.load(row_scale_ptr + rows, mask=rows < M, other=0.0)[:, None]
         # Store in two column halves: staging half a tile in shared memory leaves room for more
         # mainloop stages.
         left, right = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
@@ -110,14 +117,16 @@ class MLPConfig(NamedTuple):
 # fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). A pass writing its e4m3 copy too needs 128-wide
 # N tiles (the 1x128 scale blocks): for the backward 256x128x64 with 3 stages still fits its shared memory (230 KB)
 # and was the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-dx), for the forward 256x128x128 with 3 stages
-# of 5 (records/enwiki-124/2026-11-26_fp8-mlp-down-blockwise).
+# of 5 (records/enwiki-124/2026-11-26_fp8-mlp-down-blockwise); for the backward reading FP8 operands 256x128x128 with 3
+# stages, of 5 (records/enwiki-124/2026-11-26_fp8-mlp-backward-matmul).
 MLP_CONFIGS = {
     SM90: {
-        ("forward", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
-        ("backward", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
-        ("backward_fp8", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
+        ("forward_bf16", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
+        ("backward_bf16", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
+        ("backward_bf16_out8", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
         ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
-        ("forward_fp8_out", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
+        ("forward_fp8_out8", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
+        ("backward_fp8_out8", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
     },
 }
 # Fallback (other GPUs and shapes, the interpreter), untuned: half the tuned tile, so it needs less shared memory.
@@ -133,7 +142,8 @@ def mlp_config(device: torch.device, direction: str, N: int, K: int) -> MLPConfi
 
 def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tensor | None = None,
                               config: MLPConfig | None = None, scale: torch.Tensor | None = None,
-                              out_dtype: torch.dtype = torch.bfloat16, fp8_out: bool = False):
+                              row_scale: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+                              fp8_out: bool = False):
     """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post).
     scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype.
     fp8_out: also return the output in e4m3 over 1x128 row-block scales, and those scales as an (N / 128, M) fp32
@@ -145,13 +155,14 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
     (M, K), N = a.shape, b.shape[0]
     assert K * a.element_size() % 16 == 0 and N * a.element_size() % 16 == 0, "TMA needs rows of 16·n bytes"
     backward, fp8 = post is not None, scale is not None
-    assert fp8 == (a.dtype == torch.float8_e4m3fn) and not (fp8 and backward), "scale goes with e4m3 a, b (forward)"
-    if backward:
-        assert post.shape == (M, N) and post.dtype == a.dtype and post.is_contiguous(), \
-            "post must be the forward's (M, N) output"
+    assert fp8 == (a.dtype == torch.float8_e4m3fn), "scale goes with e4m3 a and b"
+    assert row_scale is None or (fp8 and row_scale.shape == (M,) and row_scale.dtype == torch.float32), \
+        "row_scale: (M,) fp32, with e4m3 a"
     out = torch.empty(M, N, dtype=out_dtype if fp8 else a.dtype, device=a.device)
-    direction = ("backward" if backward else "forward") + ("_fp8" if fp8 or fp8_out else "") + \
-        ("_out" if fp8_out and not backward else "")
+    if backward:
+        assert post.shape == (M, N) and post.dtype == out.dtype and post.is_contiguous(), \
+            "post must be the forward's (M, N) output"
+    direction = f"{'backward' if backward else 'forward'}_{'fp8' if fp8 else 'bf16'}{'_out8' if fp8_out else ''}"
     block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
     assert not fp8_out or (block_n == FP8_BLOCK and N % FP8_BLOCK == 0 and M % 4 == 0), \
         f"fp8_out needs {FP8_BLOCK}-wide column tiles, N a multiple of {FP8_BLOCK} and M of 4"
@@ -162,10 +173,11 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
     num_programs = min(sm_count(a.device), triton.cdiv(M, block_m) * triton.cdiv(N, block_n))
     _matmul_relu_square_kernel[(num_programs,)](
         TensorDescriptor.from_tensor(a, [block_m, block_k]), TensorDescriptor.from_tensor(b, [block_n, block_k]),
-        out_desc, post_desc, scale if fp8 else out,
+        out_desc, post_desc, scale if fp8 else out, out if row_scale is None else row_scale,
         TensorDescriptor.from_tensor(out8, [block_m, block_n // 2]) if fp8_out else out_desc, out8_scale,
         M, N, K, num_programs,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward, SCALED=fp8, FP8_OUT=fp8_out,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, BACKWARD=backward, SCALED=fp8,
+        ROW_SCALED=row_scale is not None, FP8_OUT=fp8_out,
         num_stages=num_stages, num_warps=num_warps,
     )
     return (out, out8, out8_scale) if fp8_out else out
@@ -188,23 +200,34 @@ def _(x, w_in, w_out):
 @torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
 def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,
                                 post: torch.Tensor, w_in_blocks: torch.Tensor | None = None,
-                                w_in_block_scale: torch.Tensor | None = None
+                                w_in_block_scale: torch.Tensor | None = None, grad8: torch.Tensor | None = None,
+                                grad_scale: torch.Tensor | None = None, w_out8: torch.Tensor | None = None,
+                                w_out_scale: torch.Tensor | None = None
                                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of x, w_in and w_out; with w_in_blocks and its scales (fp8_weight_blocks(w_in.T)), dx = d_pre @ w_in
-    in FP8 from the e4m3 d_pre the kernel also writes."""
+    """Gradients of x, w_in and w_out. With w_in_blocks and its scales (fp8_weight_blocks(w_in.T)), dx = d_pre @ w_in
+    in FP8 from the e4m3 d_pre the kernel also writes; with grad8, grad_scale (fp8_rows(grad)) and w_out8,
+    w_out_scale (fp8_tensor(w_out)), d_pre's matmul reads those e4m3 copies instead of grad and w_out."""
     # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
     # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
     # CUDA call (pytorch/pytorch#124565).
     grad_w_out = post.T @ grad
-    if w_in_blocks is None:
-        d_pre = matmul_relu_square_triton(grad, w_out, post=post)  # (T, H): (grad w_outᵀ) · 2 relu(pre)
+    fp8_out = w_in_blocks is not None
+    if grad8 is None:  # (T, H): (grad w_outᵀ) · 2 relu(pre)
+        d_pre = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=fp8_out)
+    else:
+        d_pre = matmul_relu_square_triton(grad8, w_out8, post=post, scale=w_out_scale, row_scale=grad_scale,
+                                          out_dtype=grad.dtype, fp8_out=fp8_out)
+    if not fp8_out:
         return d_pre @ w_in, d_pre.T @ x, grad_w_out
-    d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=True)
-    return fp8_block_mm(d_pre8, d_pre_scale, w_in_blocks, w_in_block_scale, x.dtype), d_pre.T @ x, grad_w_out
+    d_pre, d_pre8, d_pre_scale = d_pre
+    grad_w_in = d_pre.T @ x
+    del d_pre  # dx reads the e4m3 copy: freeing the bf16 one first lowers the backward's peak memory
+    return fp8_block_mm(d_pre8, d_pre_scale, w_in_blocks, w_in_block_scale, x.dtype), grad_w_in, grad_w_out
 
 
 @relu_square_mlp_backward_op.register_fake
-def _(grad, x, w_in, w_out, post, w_in_blocks=None, w_in_block_scale=None):
+def _(grad, x, w_in, w_out, post, w_in_blocks=None, w_in_block_scale=None, grad8=None, grad_scale=None, w_out8=None,
+      w_out_scale=None):
     return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
 
 
@@ -222,13 +245,13 @@ relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
-                           w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_dx: bool = False,
+                           w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_backward: bool = False,
                            w_out_blocks: torch.Tensor | None = None, w_out_block_scale: torch.Tensor | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32), and
     whose second reads post in e4m3 over 1x128 row-block scales when w_out's blocks and their scales
-    (fp8_weight_blocks(w_out.T)) are given. The backward is the bf16 one from x, w_in, w_out and post, but for dx in
-    FP8 with fp8_dx."""
+    (fp8_weight_blocks(w_out.T)) are given. The backward reads x, w_in, w_out and post; with fp8_backward its d_pre
+    and dx matmuls run in FP8 (row scales for the gradient, block scales for d_pre), dW_in and dW_out stay bf16."""
     assert (w_out_blocks is None) == (w_out_block_scale is None), "w_out_blocks and w_out_block_scale go together"
     if w_out_blocks is None:
         post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
@@ -238,21 +261,23 @@ def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Ten
 
 
 @relu_square_mlp_fp8_op.register_fake
-def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_dx=False, w_out_blocks=None, w_out_block_scale=None):
+def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_backward=False, w_out_blocks=None, w_out_block_scale=None):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
 def _mlp_fp8_setup(ctx, inputs, output):
     ctx.save_for_backward(*inputs[:3], output[1])  # x, w_in, w_out and post
-    ctx.fp8_dx = inputs[6]
+    ctx.fp8_backward = inputs[6]
 
 
 def _mlp_fp8_backward(ctx, grad, _):
     x, w_in, w_out, post = ctx.saved_tensors
-    # w_in's blocks are made here, not in the forward: only dx reads them, and saved they would add to the peak
-    # memory. Under torch.compile this code is traced into the backward graph, where the cast fuses as before.
-    w_in_blocks = fp8_weight_blocks(w_in.T) if ctx.fp8_dx else ()  # dx = d_pre @ w_in: the right operand is w_inᵀ
-    grads = relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post, *w_in_blocks)
+    grad = grad.contiguous()
+    # The FP8 copies are made here, not in the forward: only the backward reads them, and saved they would add to
+    # the peak memory. Under torch.compile this code is traced into the backward graph, where the casts fuse into the
+    # kernels making grad and the weights. dx = d_pre @ w_in: the right operand is w_inᵀ.
+    fp8 = (*fp8_weight_blocks(w_in.T), *fp8_rows(grad), *fp8_tensor(w_out)) if ctx.fp8_backward else ()
+    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *fp8)
     return *grads, None, None, None, None, None, None  # the FP8 copies, scales and flag get none
 
 
@@ -261,8 +286,8 @@ relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_f
 
 def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, blocks: bool) -> torch.Tensor:
     """The MLP of x (T, D) with its first matmul in FP8, and with blocks (D a multiple of 128, H of 512, T of 4) its
-    second and the backward's dx too, over block scales; under torch.compile the casts fuse into the kernels making x
-    and the weights."""
+    second and the backward's d_pre and dx too, over block and row scales; under torch.compile the casts fuse into the
+    kernels making x, the gradient and the weights."""
     w_out_blocks = fp8_weight_blocks(w_out.T) if blocks else ()  # out = post @ w_out: the right operand is w_outᵀ
     return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), blocks, *w_out_blocks)[0]
 

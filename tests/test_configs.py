@@ -30,8 +30,8 @@ CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
 
 # (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes
 TUNED = [
-    (partial(mlp_config, direction="forward", N=3072, K=768), MLPConfig(128, 256, 64, 4, 8), GENERIC_MLP_CONFIG),
-    (partial(mlp_config, direction="backward", N=3072, K=768), MLPConfig(256, 128, 64, 3, 8), GENERIC_MLP_CONFIG),
+    (partial(mlp_config, direction="forward_bf16", N=3072, K=768), MLPConfig(128, 256, 64, 4, 8), GENERIC_MLP_CONFIG),
+    (partial(mlp_config, direction="backward_bf16", N=3072, K=768), MLPConfig(256, 128, 64, 3, 8), GENERIC_MLP_CONFIG),
     *[(partial(syrk_config, dtype=BF16, batch=batch, M=M, K=K), config, SYRK_GENERIC)
       for (batch, M, K), config in SYRK_SM90.items()],
     (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy

@@ -9,7 +9,8 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 import pytest
 import torch
 
-from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_weight_blocks
+from kernels.fp8_linear import (E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_rows, fp8_tensor,
+                                fp8_weight_blocks)
 from kernels.relu_square import (matmul_relu_square_triton, relu_square_mlp, relu_square_mlp_fp8,
                                  relu_square_mlp_fp8_op, relu_square_mlp_op, relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
@@ -86,8 +87,9 @@ FP8_CASES = [(1, 64, 96, False), (7, 48, 272, False), (129, 768, 384, False), (4
 def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, blocks, dtype, poison_empty):
     """relu_square_mlp_fp8 (--fp8_body): the forward's first matmul on e4m3 copies of x and w_in / amax-scale, the
     backward the unquantized formulas from x, w_in, w_out and that forward's post; with blocks the second matmul is
-    the blockwise FP8 one of the kernel's e4m3 post and w_out's blocks, and dx that of the kernel's e4m3 d_pre and
-    w_in's blocks. Reference: the same roundings in fp64.
+    the blockwise FP8 one of the kernel's e4m3 post and w_out's blocks, d_pre's matmul reads e4m3 copies of the
+    gradient (row scales) and w_out (one scale), and dx is that of the kernel's e4m3 d_pre and w_in's blocks.
+    Reference: the same roundings in fp64.
     (fp16 on the CPU: the Triton interpreter mishandles the bf16 backward.)"""
     x = (torch.randn(tokens, dim, device=DEVICE) * 2).to(dtype).requires_grad_()
     bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
@@ -114,12 +116,19 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, blocks, dtype, poison_
         assert torch.equal(out, expected), "out: not the FP8 down-projection"
     else:
         check(out, post @ w_out, 2e-2, 2e-2, "out")
-    if blocks:  # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
-        _, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, bank[1].detach(), post=post_op, fp8_out=True)
+    if blocks:  # d_pre's matmul from e4m3 copies of grad (row scales) and w_out (one scale)
+        (g8, g_scale), (w_out8, w_out_scale) = fp8_rows(grad_out), fp8_tensor(bank[1].detach())
+        d_pre_fp8 = (g8.double() * g_scale.double()[:, None]) @ (w_out8.double() * w_out_scale.double()).T
+        d_pre_fp8 = d_pre_fp8 * 2 * torch.relu(pre)
+        assert (d_pre_fp8 - d_pre).norm() <= 0.1 * d_pre.norm(), "FP8 d_pre far from the exact one"
+        # the op's dx is that of the kernel's e4m3 d_pre (tested below) and w_in's blocks, within FP8's error
+        _, d_pre8, d_pre_scale = matmul_relu_square_triton(g8, w_out8, post=post_op, scale=w_out_scale,
+                                                           row_scale=g_scale, out_dtype=dtype, fp8_out=True)
         w_blocks = fp8_weight_blocks(bank[0].detach().T)
         assert torch.equal(x.grad, fp8_block_mm(d_pre8, d_pre_scale, *w_blocks, dtype)), "grad x: not the FP8 dx"
         exact = d_pre @ w_in
         assert (x.grad.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 grad x far from the exact one"
+        d_pre = d_pre_fp8
     else:
         check(x.grad, d_pre @ w_in, 2e-2, 2e-2, "grad x")
     check(bank.grad[0], d_pre.T @ x64, 2e-2, 2e-2, "grad w_in")
@@ -160,6 +169,28 @@ def test_backward_fp8_out(tokens, hidden, dtype, poison_empty):
     d_pre, d_pre8, d_scale = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=True)
     assert torch.equal(d_pre, matmul_relu_square_triton(grad, w_out, post=post)), "d_pre changed by fp8_out"
     assert d_pre8.dtype == E4M3 and d_scale.shape == (hidden // FP8_BLOCK, tokens) and torch.isfinite(d_scale).all()
+    check_fp8_out(d_pre, d_pre8, d_scale, dtype)
+
+
+@pytest.mark.parametrize("tokens,hidden", FP8_OUT_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_backward_fp8_operands(tokens, hidden, dtype, poison_empty):
+    """d_pre from e4m3 grad rows (each over its own scale) and e4m3 w_out (one scale): the fp64 product of those
+    copies times the scales, times 2·sqrt(post); its e4m3 copy as in the bf16 backward. Rows of sizes spanning 2^±6
+    and a zero row, as gradients have."""
+    dim = 256
+    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE).float())
+    grad = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
+    grad[tokens // 2] = 0
+    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
+    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
+    post[:, :FP8_BLOCK // 2] = 0
+    d_pre, d_pre8, d_scale = matmul_relu_square_triton(g8, w8, post=post, scale=w_scale, row_scale=g_scale,
+                                                       out_dtype=dtype, fp8_out=True)
+    expected = (g8.double() * g_scale.double()[:, None]) @ (w8.double() * w_scale.double()).T
+    expected = expected * 2 * post.double().sqrt()
+    # fp32 accumulation of exact e4m3 products, one rounding to dtype; per row, as the rows' sizes differ
+    assert_close(d_pre, expected, 1e-2 * expected.abs().amax(1, keepdim=True).cpu(), 1e-2, "d_pre")
     check_fp8_out(d_pre, d_pre8, d_scale, dtype)
 
 

@@ -299,8 +299,7 @@ MLP_TOKENS = [16384, 32768, 49152]
 MLP_DIM, MLP_HIDDEN = 768, 3072
 MLP_CANDIDATES = [MLPConfig(128, 256, 64, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 64, 4, 4),
                   MLPConfig(128, 128, 64, 4, 8), MLPConfig(256, 128, 64, 3, 8)]
-MLP_FP8_OUT_CANDIDATES = [c for c in MLP_CANDIDATES if c.block_n == 128] + [MLPConfig(256, 128, 64, 2, 8),
-                                                                            MLPConfig(128, 128, 64, 3, 8)]
+MLP_FP8_OUT_CANDIDATES = MLP_CANDIDATES + [MLPConfig(256, 128, 64, 2, 8), MLPConfig(128, 128, 64, 3, 8)]
 MLP_FP8_CANDIDATES = [MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 64, 4, 8), MLPConfig(128, 128, 128, 4, 8),
                       MLPConfig(256, 128, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8)]
 
@@ -369,7 +368,7 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=False))),
                                 time_ms(lambda: forward_backward(relu_square_mlp)), 6 * flops, "TFLOP/s",
                                 peaks.matmul_tflop_s))
-        rows.append(compare_row("  + down-projection and dx over block scales (torch: without)", shape,
+        rows.append(compare_row("  + down-projection and backward over block and row scales (torch: without)", shape,
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=True))),
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=False))),
                                 6 * flops, "TFLOP/s", peaks.matmul_tflop_s))
@@ -385,7 +384,8 @@ def sweep_relu_square(peaks: Peaks):
     x8, w8, scale = fp8_operands(x, bank[0])
     (g8, g_scale), (_, w_out8, w_out_scale) = fp8_rows(grad_out), fp8_operands(bank[1], bank[1])
     fp8_out8 = [c for c in MLP_FP8_CANDIDATES if c.block_n == 128] + \
-        [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8)]
+        [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8),
+         MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8), MLPConfig(128, 256, 64, 4, 8)]
     for direction, run in [("forward_bf16", lambda config: matmul_relu_square_triton(x, bank[0], config=config)),
                            ("backward_bf16", lambda config: matmul_relu_square_triton(grad_out, bank[1], post=post,
                                                                                       config=config)),

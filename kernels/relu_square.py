@@ -86,14 +86,19 @@ def _matmul_relu_square_kernel(
         right = _relu_square_epilogue(right, post_desc, off_m, off_n + BLOCK_N // 2, BACKWARD)
         out_desc.store([off_m, off_n], left.to(out_desc.dtype))
         out_desc.store([off_m, off_n + BLOCK_N // 2], right.to(out_desc.dtype))
-        if FP8_OUT:  # each row's BLOCK_N entries over their amax / 448: the 1x128 blocks cuBLASLt's FP8 matmul reads
+        if FP8_OUT:  # each row's 128 entries over their amax / 448: the 1x128 blocks cuBLASLt's FP8 matmul reads
             # 1e-30, not fp32's tiny: all-zero blocks (ReLU's zeros, rows past M) keep 448 / amax finite, not 0·inf
-            amax = tl.maximum(tl.maximum(tl.max(tl.abs(left), axis=1), tl.max(tl.abs(right), axis=1)), 1e-30)
-            inv_scale = (448.0 / amax)[:, None]
-            out8_desc.store([off_m, off_n], (left * inv_scale).to(out8_desc.dtype))
-            out8_desc.store([off_m, off_n + BLOCK_N // 2], (right * inv_scale).to(out8_desc.dtype))
+            amax_left = tl.maximum(tl.max(tl.abs(left), axis=1), 1e-30)
+            amax_right = tl.maximum(tl.max(tl.abs(right), axis=1), 1e-30)
+            if BLOCK_N == 128:  # the two halves make one block
+                amax_left = tl.maximum(amax_left, amax_right)
+                amax_right = amax_left
+            out8_desc.store([off_m, off_n], (left * (448.0 / amax_left)[:, None]).to(out8_desc.dtype))
+            out8_desc.store([off_m, off_n + BLOCK_N // 2], (right * (448.0 / amax_right)[:, None]).to(out8_desc.dtype))
             rows = off_m + tl.arange(0, BLOCK_M)
-            tl.store(out8_scale_ptr + (off_n // BLOCK_N) * M + rows, amax / 448.0, mask=rows < M)
+            tl.store(out8_scale_ptr + (off_n // 128) * M + rows, amax_left / 448.0, mask=rows < M)
+            if BLOCK_N == 256:  # each half is a block
+                tl.store(out8_scale_ptr + (off_n // 128 + 1) * M + rows, amax_right / 448.0, mask=rows < M)
 
 
 # -----------------------------------------------------------------------------
@@ -114,19 +119,17 @@ class MLPConfig(NamedTuple):
 # (16384-49152). The backward stages its post tile too and runs out of shared memory with 4 stages; swept at all
 # three token counts, 256x128x64 ties 128x256x64 at 16384 and 32768 and is 3% faster at 49152
 # (records/enwiki-124/2026-11-26_fp8-qkv-projection). The FP8 forward's 128-wide K tiles (128 bytes) were the
-# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). A pass writing its e4m3 copy too needs 128-wide
-# N tiles (the 1x128 scale blocks): for the backward 256x128x64 with 3 stages still fits its shared memory (230 KB)
-# and was the fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-dx), for the forward 256x128x128 with 3 stages
-# of 5 (records/enwiki-124/2026-11-26_fp8-mlp-down-blockwise); for the backward reading FP8 operands 256x128x128 with 3
-# stages, of 5 (records/enwiki-124/2026-11-26_fp8-mlp-backward-matmul).
+# fastest of 5 (records/enwiki-124/2026-11-26_fp8-mlp-up-projection). A pass writing its e4m3 copy too takes N tiles
+# 128 wide (one 1x128 scale block) or 256 (a block per half): 128x256 tiles with 3 stages were the fastest of 7-8 for
+# each such pass (records/enwiki-124/2026-11-26_fp8-mlp-backward-matmul).
 MLP_CONFIGS = {
     SM90: {
         ("forward_bf16", 3072, 768): MLPConfig(128, 256, 64, 4, 8),
         ("backward_bf16", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
-        ("backward_bf16_out8", 3072, 768): MLPConfig(256, 128, 64, 3, 8),
+        ("backward_bf16_out8", 3072, 768): MLPConfig(128, 256, 64, 3, 8),
         ("forward_fp8", 3072, 768): MLPConfig(128, 256, 128, 4, 8),
-        ("forward_fp8_out8", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
-        ("backward_fp8_out8", 3072, 768): MLPConfig(256, 128, 128, 3, 8),
+        ("forward_fp8_out8", 3072, 768): MLPConfig(128, 256, 128, 3, 8),
+        ("backward_fp8_out8", 3072, 768): MLPConfig(128, 256, 128, 3, 8),
     },
 }
 # Fallback (other GPUs and shapes, the interpreter), untuned: half the tuned tile, so it needs less shared memory.
@@ -164,8 +167,8 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
             "post must be the forward's (M, N) output"
     direction = f"{'backward' if backward else 'forward'}_{'fp8' if fp8 else 'bf16'}{'_out8' if fp8_out else ''}"
     block_m, block_n, block_k, num_stages, num_warps = config or mlp_config(a.device, direction, N, K)
-    assert not fp8_out or (block_n == FP8_BLOCK and N % FP8_BLOCK == 0 and M % 4 == 0), \
-        f"fp8_out needs {FP8_BLOCK}-wide column tiles, N a multiple of {FP8_BLOCK} and M of 4"
+    assert not fp8_out or (block_n in (FP8_BLOCK, 2 * FP8_BLOCK) and N % block_n == 0 and M % 4 == 0), \
+        f"fp8_out needs {FP8_BLOCK}- or {2 * FP8_BLOCK}-wide column tiles dividing N, and M a multiple of 4"
     out_desc = TensorDescriptor.from_tensor(out, [block_m, block_n // 2])
     post_desc = TensorDescriptor.from_tensor(post, [block_m, block_n // 2]) if backward else out_desc
     out8 = torch.empty(M, N, dtype=E4M3, device=a.device) if fp8_out else out

@@ -148,7 +148,8 @@ def matmul_relu_square_triton(a: torch.Tensor, b: torch.Tensor, post: torch.Tens
                               row_scale: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                               fp8_out: bool = False):
     """a (M, K) @ b (N, K)ᵀ -> (M, N) in a.dtype: relu(a bᵀ)² if post is None, else (a bᵀ)·2·sqrt(post).
-    scale: a 0-d fp32 tensor for e4m3 a and b (forward only): relu(scale·a bᵀ)² in out_dtype.
+    scale: a 0-d fp32 tensor for e4m3 a and b, multiplying a bᵀ (the output then in out_dtype); row_scale: with it,
+    an (M,) fp32 tensor of a's row scales, multiplying a bᵀ's rows.
     fp8_out: also return the output in e4m3 over 1x128 row-block scales, and those scales as an (N / 128, M) fp32
     tensor: out ≈ out8 · scales.T repeated 128 times along N. M a multiple of 4: cuBLASLt reads the scales' rows at
     16-byte multiples."""

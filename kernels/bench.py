@@ -27,7 +27,7 @@ import triton
 from triton.testing import do_bench
 
 from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
-from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_weight_blocks
+from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_tensor, fp8_weight_blocks
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
                                xtx_triton, xxt_reference, xxt_triton)
@@ -343,7 +343,7 @@ def bench_relu_square(peaks: Peaks):
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post)), flops,
                                 "TFLOP/s", peaks.matmul_tflop_s))
-        (g8, g_scale), (_, w_out8, w_out_scale) = fp8_rows(grad_out), fp8_operands(w_out, w_out)
+        (g8, g_scale), (w_out8, w_out_scale) = fp8_rows(grad_out), fp8_tensor(w_out)
         rows.append(compare_row("FP8 (g w_outᵀ)·2relu(pre), row scales, + copy (torch: the bf16 kernel)", shape,
                                 time_ms(lambda: matmul_relu_square_triton(g8, w_out8, post=post, scale=w_out_scale,
                                                                           row_scale=g_scale, fp8_out=True)),
@@ -382,7 +382,7 @@ def sweep_relu_square(peaks: Peaks):
     flops = 2 * tokens * MLP_DIM * MLP_HIDDEN
     rows = []
     x8, w8, scale = fp8_operands(x, bank[0])
-    (g8, g_scale), (_, w_out8, w_out_scale) = fp8_rows(grad_out), fp8_operands(bank[1], bank[1])
+    (g8, g_scale), (w_out8, w_out_scale) = fp8_rows(grad_out), fp8_tensor(bank[1])
     fp8_out8 = [c for c in MLP_FP8_CANDIDATES if c.block_n == 128] + \
         [MLPConfig(128, 128, 128, 3, 8), MLPConfig(256, 128, 128, 2, 8), MLPConfig(256, 128, 64, 3, 8),
          MLPConfig(128, 256, 128, 3, 8), MLPConfig(128, 256, 128, 4, 8), MLPConfig(128, 256, 64, 4, 8)]

@@ -58,7 +58,7 @@ def _matmul_relu_square_kernel(
     scale_ptr,       # fp32 scalar multiplying acc (SCALED: FP8 operands)
     row_scale_ptr,   # (M,) fp32 scales of A's rows, multiplying acc's rows too (ROW_SCALED)
     out8_desc,       # (M, N) e4m3 copy of the output over its row scales (FP8_OUT)
-    out8_scale_ptr,  # (N / BLOCK_N, M) fp32 row scales of out8, one per row of each BLOCK_N-wide column block
+    out8_scale_ptr,  # (N / 128, M) fp32 row scales of out8, one per row of each 128-wide column block
     M, N, K, num_programs,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BACKWARD: tl.constexpr,
     SCALED: tl.constexpr, ROW_SCALED: tl.constexpr, FP8_OUT: tl.constexpr,
@@ -71,13 +71,13 @@ def _matmul_relu_square_kernel(
     for tile in tl.range(tl.program_id(0), num_tiles, num_programs, flatten=True):
         off_m = (tile // tiles_n) * BLOCK_M
         off_n = (tile % tiles_n) * BLOCK_N
+        rows = off_m + tl.arange(0, BLOCK_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for off_k in range(0, K, BLOCK_K):  # TMA zero-fills past K, M and N
             acc = tl.dot(a_desc.load([off_m, off_k]), b_desc.load([off_n, off_k]).T, acc)
         if SCALED:
             acc = acc * tl.load(scale_ptr)
         if ROW_SCALED:
-            rows = off_m + tl.arange(0, BLOCK_M)
             acc = acc * tl.load(row_scale_ptr + rows, mask=rows < M, other=0.0)[:, None]
         # Store in two column halves: staging half a tile in shared memory leaves room for more
         # mainloop stages.
@@ -95,7 +95,6 @@ def _matmul_relu_square_kernel(
                 amax_right = amax_left
             out8_desc.store([off_m, off_n], (left * (448.0 / amax_left)[:, None]).to(out8_desc.dtype))
             out8_desc.store([off_m, off_n + BLOCK_N // 2], (right * (448.0 / amax_right)[:, None]).to(out8_desc.dtype))
-            rows = off_m + tl.arange(0, BLOCK_M)
             tl.store(out8_scale_ptr + (off_n // 128) * M + rows, amax_left / 448.0, mask=rows < M)
             if BLOCK_N == 256:  # each half is a block
                 tl.store(out8_scale_ptr + (off_n // 128 + 1) * M + rows, amax_right / 448.0, mask=rows < M)
@@ -214,6 +213,8 @@ def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch
     # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
     # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
     # CUDA call (pytorch/pytorch#124565).
+    assert (grad8 is None) == (grad_scale is None) == (w_out8 is None) == (w_out_scale is None), \
+        "grad8, grad_scale, w_out8 and w_out_scale go together"
     grad_w_out = post.T @ grad
     fp8_out = w_in_blocks is not None
     if grad8 is None:  # (T, H): (grad w_outᵀ) · 2 relu(pre)

@@ -215,15 +215,17 @@ from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
 
 def configure_torch():
-    """The process-wide settings this script relies on, made by main() (and by tests that compile the model),
-    not on import."""
+    """The process-wide settings this script relies on, made by main() and by tests that compile the model."""
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
-    # Python floats reaching compiled code (GPTConfig's scales) are constants. Under dynamic=True they would be
-    # symbolic, and the model's compile restarted once to specialize them: ~25% of its compile time, retraced.
+    # Python floats reaching compiled code (GPTConfig's scales) are constants: symbolic ones under dynamic=True
+    # restarted the model's compile once to specialize them, ~25% of its compile time.
     torch._dynamo.config.specialize_float = True
-    # Inductor's occupancy retry compiles smaller-block variants of reduction kernels in this process: ~5 s of a
-    # cold start for no faster step (records/enwiki-124/2026-11-26_cold-start).
+    # Inductor's occupancy retry compiles smaller reduction variants in this process: ~5 s of a cold start, no faster
+    # step (records/enwiki-124/2026-11-26_cold-start).
     torch._inductor.config.dynamic_scale_rblock = False
+    # FA3's attention is a torch.autograd.Function, which AOTAutograd's cache refuses by default: every warm start
+    # retraced the model (records/enwiki-124/2026-11-26_vs-reference-aot-cache).
+    torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
 
 
 # -----------------------------------------------------------------------------
@@ -685,11 +687,9 @@ WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_b
 reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 SPARSE_WORLD_SIZE = 8  # the sparse exchange pays only when each of 8 ranks touches a small part of the table
-# The gradient norm (for the non-finite guard and the log) reads every reduced shard but the token tables': their
-# gradients are the stream's gradient scattered by token, after it passed every layer, where the checked banks'
-# and per-layer scalars' gradients already sum it over all positions (0 * NaN is NaN, so zero rows hide nothing).
-# Skipping them saves reading ~150-200 MB per Adam step: ~0.05% of an 8-GPU stage-3 step
-# (records/enwiki-124/2026-11-23_guard-cost).
+# The gradient norm (non-finite guard, log) skips the token tables: their gradients are the stream's gradient
+# scattered by token, which the banks' and per-layer scalars' gradients already sum over all positions (0 * NaN is
+# NaN). Saves reading ~150-200 MB per Adam step (records/enwiki-124/2026-11-23_guard-cost).
 NORM_SKIPS = ("embed", "value_embeds", "bigram_embed")
 
 

@@ -641,7 +641,8 @@ def test_resume_refuses_changed_settings_and_a_reused_run_id_is_refused(tmp_path
 def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "30", "--num_extension_steps", "2", "--val_every", "16",
-                                 "--profile_steps", "3:5", "--log_dir", str(tmp_path), "--run_id", "smoke"])
+                                 "--profile_steps", "3:5", "--log_dir", str(tmp_path), "--run_id", "smoke"],
+                   timeout=900)  # 6-10 min on a 2-core CPU: 10-16 s a step, and longer while other tests run
     assert r.returncode == 0, r.stderr[-3000:]
     losses = val_losses(r.stdout)
     assert len(losses) == 3 and losses[-1] < losses[0] - 1.0, losses

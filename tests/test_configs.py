@@ -25,6 +25,7 @@ SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
     (24, 768, 3072): SyrkConfig(block=128, block_k=64, num_warps=8, num_stages=3),
 }
 TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
+TRANSPOSE_SM90_BYTES = TransposeConfig(block_m=256, block_n=128, num_warps=8, ctas_per_sm=0)
 CE_SM90 = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
 CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
 
@@ -36,7 +37,7 @@ TUNED = [
       for (batch, M, K), config in SYRK_SM90.items()],
     (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy
     (partial(transpose_config, dtype=torch.float32), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the add's fp32 source
-    (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_BYTES, TRANSPOSE_BYTES),  # FP8: one rule
+    (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_SM90_BYTES, TRANSPOSE_BYTES),  # FP8
     *[(partial(ce_config, n_rows=n_rows, n_cols=50304), CE_SM90, CE_GENERIC_VOCAB) for n_rows in (16384, 32768, 49152)],
 ]
 # (device -> config, the fallback): shapes no table has, on sm_90 too

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from kernels.configs import SM90
-from kernels.transpose import (TRANSPOSE_CONFIGS, TransposeConfig, transpose_add, transpose_add_reference, transpose_add_triton,
-                               transpose_copy, transpose_copy_reference, transpose_copy_triton)
+from kernels.transpose import (TRANSPOSE_CONFIGS, TransposeConfig, transpose_add, transpose_add_reference,
+                               transpose_add_triton, transpose_copy, transpose_copy_reference, transpose_copy_triton)
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 
@@ -84,7 +84,7 @@ def test_transpose_add_rejects_bytes():
 @pytest.mark.parametrize("config", [
     TransposeConfig(block_m=32, block_n=64, num_warps=4, ctas_per_sm=0),  # one program per tile
     TransposeConfig(block_m=16, block_n=32, num_warps=2, ctas_per_sm=1),  # few programs, many tiles each
-    TRANSPOSE_CONFIGS[SM90][1],  # the H100's 1-byte tiles: one tile larger than src
+    TRANSPOSE_CONFIGS[SM90][1],  # the H100's 1-byte tiles: taller than src, every tile ragged
 ], ids=["grid_per_tile", "persistent", "sm90_bytes"])
 def test_grid_variants(config):
     """Both grid modes cover every tile, including ragged edge tiles."""

@@ -1365,8 +1365,8 @@ class Schedule:
 
     def warmup_steps(self, micro_batches: int) -> list[int]:
         """The first steps of each stage, enough for two of its micro-batches (a shape's first compiles, its second
-        is captured: two steps where a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even
-        and odd (Adam) steps."""
+        is captured: two steps where a rank runs one micro-batch a step; the warm-up runs no more than two of a
+        step's); steps 0 and 1 are the optimizer's even and odd (Adam) steps."""
         first = range(1 if micro_batches > 1 else 2)
         return sorted({0, 1} | {s + d for s in self.transition_steps for d in first if s + d < self.total_steps})
 
@@ -1576,16 +1576,16 @@ class Trainer:
 
     def warmup(self):
         """Untimed: compile every training shape the run will time and capture its CUDA graph by running the
-        schedule's warm-up steps on real data, then restore the initial state. Validation graphs are left to each
-        window setting's first validation (untimed)."""
+        schedule's warm-up steps on real data, two micro-batches each (more would only replay a graph), then restore
+        the initial state. Validation graphs are left to each window setting's first validation (untimed)."""
         steps = self.schedule.warmup_steps(self.rt.grad_accum_steps)
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
-        self.log(f"warm-up (untimed): {work} on steps {steps}, then back to step 0; starts at "
-                 f"{time.time() - PROCESS_START:.1f}s")
+        self.log(f"warm-up (untimed): {work} on steps {steps}, up to two micro-batches each, then back to step 0; "
+                 f"starts at {time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
         for i, step in enumerate(steps, 1):
-            settings = self.schedule.at(step)
-            self.train_step(step, self.next_batches(step))
+            settings, data = self.schedule.at(step), self.next_batches(step)
+            self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:2]))
             self.sync()
             self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, {settings.micro_batch_tokens} "
                      f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")

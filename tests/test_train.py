@@ -141,6 +141,27 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
         assert len(steps) <= expected, steps
 
 
+
+def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, synthetic_data):
+    """The warm-up needs a shape's first two micro-batches (compile, capture); the rest of a step would only replay.
+    It ends where it began: weights, optimizer state, gradients and data position."""
+    hp = settings(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                "--num_scheduled_steps", "6", "--num_extension_steps", "1", "--log_dir", str(tmp_path)])
+    trainer = cpu_trainer(hp)
+    assert trainer.rt.grad_accum_steps > 2
+    sizes, micro_step = [], trainer.micro_step
+    trainer.micro_step = lambda mb, sched: sizes.append(mb.inputs.numel()) or micro_step(mb, sched)
+    before = trainer.snapshot(0)
+    trainer.warmup()
+    steps = trainer.schedule.warmup_steps(trainer.rt.grad_accum_steps)
+    assert sizes == [trainer.schedule.at(n).micro_batch_tokens for n in steps for _ in range(2)]
+    after = trainer.state(0)
+    for part in ("model", "optimizer"):
+        flat_before, flat_after = torch.utils._pytree.tree_leaves(before[part]), torch.utils._pytree.tree_leaves(after[part])
+        assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_before, flat_after))
+    assert after["loader"] == before["loader"]
+    assert all(not g.any() for g in trainer.model.gradients().values())
+
 # --- model -----------------------------------------------------------------------------------
 
 def test_forward_backward_shapes_and_grads():

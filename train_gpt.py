@@ -1364,10 +1364,9 @@ class Schedule:
         return extensions
 
     def warmup_steps(self, micro_batches: int) -> list[int]:
-        """The first steps of each stage, enough for two of its micro-batches (a shape's first compiles, its second
-        is captured: two steps where a rank runs one micro-batch a step; the warm-up runs no more than two of a
-        step's); steps 0 and 1 are the optimizer's even and odd (Adam) steps."""
-        first = range(1 if micro_batches > 1 else 2)
+        """The first steps of each stage, enough for MicroStepGraphs.WARM_CALLS of its micro-batches (two steps where
+        a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even and odd (Adam) steps."""
+        first = range(-(-MicroStepGraphs.WARM_CALLS // micro_batches))
         return sorted({0, 1} | {s + d for s in self.transition_steps for d in first if s + d < self.total_steps})
 
     def stage(self, step: int) -> tuple[int, float]:
@@ -1418,6 +1417,7 @@ class MicroStepGraphs:
     (GPT.gradients). The graphs share one memory pool: they run one at a time, and none keeps anything
     alive between replays but its loss.
     """
+    WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
     def __init__(self, forward_backward):
         self.forward_backward = forward_backward  # (MicroBatch, ForwardSchedule) -> scaled loss
@@ -1576,16 +1576,16 @@ class Trainer:
 
     def warmup(self):
         """Untimed: compile every training shape the run will time and capture its CUDA graph by running the
-        schedule's warm-up steps on real data, two micro-batches each (more would only replay a graph), then restore
-        the initial state. Validation graphs are left to each window setting's first validation (untimed)."""
-        steps = self.schedule.warmup_steps(self.rt.grad_accum_steps)
+        schedule's warm-up steps on real data, MicroStepGraphs.WARM_CALLS micro-batches each (the rest replay), then
+        restore the initial state. Validation graphs are left to each window setting's first validation (untimed)."""
+        steps, calls = self.schedule.warmup_steps(self.rt.grad_accum_steps), MicroStepGraphs.WARM_CALLS
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
-        self.log(f"warm-up (untimed): {work} on steps {steps}, up to two micro-batches each, then back to step 0; "
+        self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
                  f"starts at {time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
         for i, step in enumerate(steps, 1):
             settings, data = self.schedule.at(step), self.next_batches(step)
-            self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:2]))
+            self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
             self.sync()
             self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, {settings.micro_batch_tokens} "
                      f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")

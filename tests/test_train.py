@@ -141,7 +141,6 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
         assert len(steps) <= expected, steps
 
 
-
 def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, synthetic_data):
     """The warm-up needs a shape's first two micro-batches (compile, capture); the rest of a step would only replay.
     It ends where it began: weights, optimizer state, gradients and data position."""
@@ -161,6 +160,7 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
         assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_before, flat_after))
     assert after["loader"] == before["loader"]
     assert all(not g.any() for g in trainer.model.gradients().values())
+
 
 # --- model -----------------------------------------------------------------------------------
 

@@ -1,0 +1,199 @@
+"""A/B two checkouts of train_gpt.py on this machine, alternating, as records/ measures a change: cold starts from
+empty compile caches, then full runs over seeds, and one table with each side's medians.
+
+    python3 tools/ab.py --a MAIN_DIR --b EDIT_DIR --out OUT_DIR [--cold 3] [--seeds 0,1,2] [--nproc 1]
+                        [--timeout 900] [--dry_run] -- TRAIN_GPT_FLAGS...
+
+TRAIN_GPT_FLAGS: the run's settings (data, steps: e.g. tools/enwiki-124.sh's flags); the tool adds --seed,
+--log_dir and --run_id. Order on the machine: cold starts A, B, A, B, ... (each stopped once its log says
+`startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, A first for even seeds and B first for odd ones,
+each side reusing its last cold start's caches (warm: their start-up is not a cold start). The first runs on a
+machine start slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
+OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
+clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table (OUT_DIR/ab.md) stay in OUT_DIR,
+which must be new or empty.
+"""
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
+from tools import cli  # noqa: E402
+from tools.plot import parse_log  # noqa: E402
+
+OWN_FLAGS = ("--seed", "--log_dir", "--run_id")  # set per run by this tool
+STARTUP = re.compile(r"^startup: ([\d.]+)s", re.M)
+PEAK = re.compile(r"^peak memory allocated: (\d+) MiB", re.M)
+PREFILL = ("import torch, torch._dynamo, torch._inductor.compile_fx\n"  # a GPU compile loads Inductor's Triton code too
+           "if torch.cuda.is_available(): torch.compile(lambda x: x + 1)(torch.ones(2, device='cuda'))")
+
+
+@dataclass
+class Run:
+    name: str  # the run id: position, side, kind
+    side: str  # "A" or "B"
+    cold: bool  # start-up only, from empty caches
+    seed: int
+    caches: Path
+    startup_s: float | None = None
+    stage_ms: tuple = ()
+    train_s: float | None = None
+    val_loss: float | None = None
+    peak_mib: int | None = None
+
+
+def plan(cold: int, seeds: list[int], caches: Path) -> list[Run]:
+    """The runs in machine order (see the module's docstring)."""
+    runs = [Run(f"{i + 1}_{side}_cold", side, True, 0, caches / f"{i + 1}_{side}_cold")
+            for i, side in enumerate("AB" * cold)]
+    for seed in seeds:
+        for side in ("AB" if seed % 2 == 0 else "BA"):
+            last_cold = [r.caches for r in runs if r.cold and r.side == side]
+            runs.append(Run(f"{len(runs) + 1}_{side}_seed{seed}", side, False, seed,
+                            last_cold[-1] if last_cold else caches / side))
+    return runs
+
+
+def command(checkout: Path, nproc: int, flags: list[str], run: Run, out: Path) -> list[str]:
+    launcher = [sys.executable] if nproc == 1 else ["torchrun", "--standalone", f"--nproc_per_node={nproc}"]
+    return [*launcher, str(checkout / "train_gpt.py"), *flags, "--seed", str(run.seed), "--log_dir", str(out),
+            "--run_id", run.name]
+
+
+def bytecode_env(out: Path) -> dict:
+    """This process's environment with Python bytecode written to OUT/pycache."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"PYTHONPYCACHEPREFIX": str(out / "pycache")}
+
+
+def execute(cmd: list[str], run: Run, out: Path, timeout: float):
+    """Run one; a cold start is stopped (SIGTERM, as Ctrl-C would) once its log says `startup:`."""
+    log = out / f"{run.name}.txt"
+    env = bytecode_env(out) | {"TORCHINDUCTOR_CACHE_DIR": str(run.caches),
+                               "TRITON_CACHE_DIR": str(run.caches / "triton")}
+    with open(out / f"{run.name}.console", "w") as console:
+        proc = subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT)
+        deadline, stopped = time.monotonic() + timeout, False
+        try:
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    proc.kill()
+                    raise cli.Error(f"run {run.name} took over --timeout {timeout:g} s; its output: "
+                                    f"{console.name} (raise --timeout, or look for a hang there)")
+                if run.cold and not stopped and log.exists() and STARTUP.search(log.read_text(errors="replace")):
+                    proc.send_signal(signal.SIGTERM)
+                    stopped = True
+                time.sleep(0.5)
+        finally:
+            if proc.poll() is None:  # Ctrl-C or an error here: leave no training process behind
+                proc.kill()
+                proc.wait()
+    if not stopped and proc.returncode != 0:
+        raise cli.Error(f"run {run.name} failed (exit status {proc.returncode}); its output: {console.name}")
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if m := STARTUP.search(text):
+        run.startup_s = float(m[1])
+    if not run.cold:
+        parsed = parse_log(log)
+        if not parsed.val:
+            raise cli.Error(f"{log}: no final validation line; is --val_every or the step count off?")
+        run.stage_ms, (_, run.train_s, run.val_loss) = tuple(parsed.stage_ms), parsed.val[-1]
+        run.peak_mib = int(m[1]) if (m := PEAK.search(text)) else None
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, spec: str, unit: str = "") -> str:
+    return "" if value is None else f"{value:{spec}}{unit}"
+
+
+def table(runs: list[Run], a: Path, b: Path) -> str:
+    lines = [f"A: {a}", f"B: {b}", "", "| run | side | seed | caches | start-up | ms/step by stage | train time | "
+             "val loss | peak allocated |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        stages = " / ".join(f"{ms:.1f}" for ms in r.stage_ms)
+        lines.append(f"| {r.name} | {r.side} | {'' if r.cold else r.seed} | {'empty' if r.cold else 'warm'} | "
+                     f"{fmt(r.startup_s, '.1f', ' s')} | {stages} | {fmt(r.train_s, '.2f', ' s')} | "
+                     f"{fmt(r.val_loss, '.4f')} | {fmt(r.peak_mib, ',', ' MiB')} |")
+    lines += ["", "| medians | cold start | train time | val loss | ms/step by stage |", "| --- | --- | --- | --- | --- |"]
+    med = {}
+    for side in "AB":
+        own, full = [r for r in runs if r.side == side], [r for r in runs if r.side == side and not r.cold]
+        stages = [median(ms) for ms in zip(*(r.stage_ms for r in full))]
+        med[side] = (median(r.startup_s for r in own if r.cold), median(r.train_s for r in full),
+                     median(r.val_loss for r in full), stages)
+        lines.append(f"| {side} | {fmt(med[side][0], '.1f', ' s')} | {fmt(med[side][1], '.2f', ' s')} | "
+                     f"{fmt(med[side][2], '.4f')} | {' / '.join(f'{ms:.1f}' for ms in stages)} |")
+    (ca, ta, la, _), (cb, tb, lb, _) = med["A"], med["B"]
+    ratio = f"train time B/A {tb / ta:.4f}" if ta and tb else "train time B/A: no full runs"
+    start = f"cold start B-A {cb - ca:+.1f} s" if ca and cb else "cold start B-A: no cold starts"
+    loss = f"val loss B-A {lb - la:+.4f}" if la is not None and lb is not None else ""
+    return "\n".join(lines + ["", "; ".join(x for x in (ratio, start, loss) if x)]) + "\n"
+
+
+def checkout_dir(text: str) -> Path:
+    path = Path(text).resolve()
+    if not (path / "train_gpt.py").is_file():
+        raise cli.Error(f"{text} holds no train_gpt.py; name a checkout of this project (its root folder)")
+    return path
+
+
+@cli.program
+def main(argv=None):
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    ours, flags = (args_in[:args_in.index("--")], args_in[args_in.index("--") + 1:]) if "--" in args_in \
+        else (args_in, [])
+    p = cli.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", required=True, help="the baseline checkout (its root folder)")
+    p.add_argument("--b", required=True, help="the changed checkout")
+    p.add_argument("--out", required=True, help="a new or empty folder for logs, caches and the table")
+    p.add_argument("--cold", type=cli.whole(0), default=3, help="cold starts per side (default 3)")
+    p.add_argument("--seeds", default="0,1,2", help="full runs' seeds, comma-separated; '' for none")
+    p.add_argument("--nproc", type=cli.whole(1, 8), default=1, help="processes (GPUs) per run; >1 runs torchrun")
+    p.add_argument("--timeout", type=cli.finite(), default=900.0, help="seconds one run may take (default 900)")
+    p.add_argument("--dry_run", action="store_true", help="print the commands in order, run nothing")
+    args = p.parse_args(ours)
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r} is not comma-separated whole numbers")
+    if taken := [f for f in flags if f.split("=")[0] in OWN_FLAGS]:
+        p.error(f"{', '.join(taken)} after -- : tools/ab.py sets {', '.join(OWN_FLAGS)} itself; leave them out")
+    if args.cold == 0 and not seeds:
+        p.error("nothing to run: --cold 0 and no --seeds")
+    a, b = checkout_dir(args.a), checkout_dir(args.b)
+    out = Path(args.out).resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise cli.Error(f"--out {args.out} exists and is not an empty folder; name a new one (runs never mix)")
+    runs = plan(args.cold, seeds, out / "caches")
+    cmds = [command(a if r.side == "A" else b, args.nproc, flags, r, out) for r in runs]
+    if args.dry_run:
+        for run, cmd in zip(runs, cmds):
+            print(f"{run.name}: TORCHINDUCTOR_CACHE_DIR={run.caches} {shlex.join(cmd)}")
+        return 0
+    out.mkdir(parents=True, exist_ok=True)
+    # else the first run compiles torch's compiler to bytecode on its clock (records/enwiki-124/2026-11-27_ab-tool-a-a)
+    subprocess.run([sys.executable, "-c", PREFILL], env=bytecode_env(out), check=True)
+    for run, cmd in zip(runs, cmds):
+        print(f"{run.name}: {shlex.join(cmd)}", flush=True)
+        execute(cmd, run, out, args.timeout)
+        print(f"  start-up {fmt(run.startup_s, '.1f', ' s')}" + ("" if run.cold else
+              f", train time {fmt(run.train_s, '.2f', ' s')}, val loss {fmt(run.val_loss, '.4f')}"), flush=True)
+    report = table(runs, a, b)
+    (out / "ab.md").write_text(report)
+    print(report, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,14 +5,15 @@ empty compile caches, then full runs over seeds, and one table with each side's 
                         [--timeout 900] [--dry_run] -- TRAIN_GPT_FLAGS...
 
 TRAIN_GPT_FLAGS: the run's settings (data, steps: e.g. tools/enwiki-124.sh's flags); the tool adds --seed,
---log_dir and --run_id. Order on the machine: cold starts A, B, A, B, ... (each stopped once its log says
-`startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, A first for even seeds and B first for odd ones,
-each side reusing its last cold start's caches (warm: their start-up is not a cold start). The first runs on a
-machine start slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
+--log_dir and --run_id. Order on the machine: cold starts in pairs A B, B A, A B, ... (each stopped once its log says
+`startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, in pairs continuing that alternation, each side
+reusing its last cold start's caches (warm: their start-up is not a cold start). The first runs on a machine start
+slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
 OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
 clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table (OUT_DIR/ab.md) stay in OUT_DIR,
 which must be new or empty.
 """
+import argparse
 import os
 import re
 import shlex
@@ -42,6 +43,7 @@ class Run:
     cold: bool  # start-up only, from empty caches
     seed: int
     caches: Path
+    empty_caches: bool  # a cold start, or a side's first full run without one
     startup_s: float | None = None
     stage_ms: tuple = ()
     train_s: float | None = None
@@ -51,13 +53,15 @@ class Run:
 
 def plan(cold: int, seeds: list[int], caches: Path) -> list[Run]:
     """The runs in machine order (see the module's docstring)."""
-    runs = [Run(f"{i + 1}_{side}_cold", side, True, 0, caches / f"{i + 1}_{side}_cold")
-            for i, side in enumerate("AB" * cold)]
-    for seed in seeds:
-        for side in ("AB" if seed % 2 == 0 else "BA"):
-            last_cold = [r.caches for r in runs if r.cold and r.side == side]
-            runs.append(Run(f"{len(runs) + 1}_{side}_seed{seed}", side, False, seed,
-                            last_cold[-1] if last_cold else caches / side))
+    runs = []
+    for pair, seed in enumerate([None] * cold + seeds):
+        for side in ("AB" if pair % 2 == 0 else "BA"):
+            n = len(runs) + 1
+            if seed is None:
+                runs.append(Run(f"{n}_{side}_cold", side, True, 0, caches / f"{n}_{side}_cold", True))
+                continue
+            own = [r.caches for r in runs if r.side == side]
+            runs.append(Run(f"{n}_{side}_seed{seed}", side, False, seed, own[-1] if own else caches / side, not own))
     return runs
 
 
@@ -67,43 +71,57 @@ def command(checkout: Path, nproc: int, flags: list[str], run: Run, out: Path) -
             "--run_id", run.name]
 
 
-def bytecode_env(out: Path) -> dict:
-    """This process's environment with Python bytecode written to OUT/pycache."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return env | {"PYTHONPYCACHEPREFIX": str(out / "pycache")}
+def run_env(out: Path, caches: Path) -> dict:
+    """What a run changes in this process's environment: Python bytecode written to OUT/pycache, compile caches."""
+    return {"PYTHONPYCACHEPREFIX": str(out / "pycache"), "TORCHINDUCTOR_CACHE_DIR": str(caches),
+            "TRITON_CACHE_DIR": str(caches / "triton")}
+
+
+def popen(cmd: list[str], out: Path, caches: Path, console) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | run_env(out, caches)
+    # a session of its own: stopping it reaches torchrun's workers too
+    return subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:  # already gone
+        pass
 
 
 def execute(cmd: list[str], run: Run, out: Path, timeout: float):
     """Run one; a cold start is stopped (SIGTERM, as Ctrl-C would) once its log says `startup:`."""
-    log = out / f"{run.name}.txt"
-    env = bytecode_env(out) | {"TORCHINDUCTOR_CACHE_DIR": str(run.caches),
-                               "TRITON_CACHE_DIR": str(run.caches / "triton")}
-    with open(out / f"{run.name}.console", "w") as console:
-        proc = subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT)
+    log, console_path = out / f"{run.name}.txt", out / f"{run.name}.console"
+    with open(console_path, "w") as console:
+        proc = popen(cmd, out, run.caches, console)
         deadline, stopped = time.monotonic() + timeout, False
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    proc.kill()
                     raise cli.Error(f"run {run.name} took over --timeout {timeout:g} s; its output: "
-                                    f"{console.name} (raise --timeout, or look for a hang there)")
+                                    f"{console_path} (raise --timeout, or look for a hang there)")
                 if run.cold and not stopped and log.exists() and STARTUP.search(log.read_text(errors="replace")):
-                    proc.send_signal(signal.SIGTERM)
+                    stop(proc, signal.SIGTERM)
                     stopped = True
                 time.sleep(0.5)
-        finally:
-            if proc.poll() is None:  # Ctrl-C or an error here: leave no training process behind
-                proc.kill()
-                proc.wait()
+        finally:  # Ctrl-C, the timeout or an error here: leave no training process behind
+            stop(proc)
+            proc.wait()
     if not stopped and proc.returncode != 0:
-        raise cli.Error(f"run {run.name} failed (exit status {proc.returncode}); its output: {console.name}")
+        raise cli.Error(f"run {run.name} failed (exit status {proc.returncode}); its output: {console_path}")
     text = log.read_text(errors="replace") if log.exists() else ""
     if m := STARTUP.search(text):
         run.startup_s = float(m[1])
+    elif run.cold:
+        raise cli.Error(f"run {run.name} ended without a `startup:` line (a flag after -- such as --help or "
+                        f"--check?); its output: {console_path}")
     if not run.cold:
+        if not log.exists():
+            raise cli.Error(f"run {run.name} wrote no log {log}; its output: {console_path}")
         parsed = parse_log(log)
         if not parsed.val:
-            raise cli.Error(f"{log}: no final validation line; is --val_every or the step count off?")
+            raise cli.Error(f"{log}: no final validation line; its output: {console_path}")
         run.stage_ms, (_, run.train_s, run.val_loss) = tuple(parsed.stage_ms), parsed.val[-1]
         run.peak_mib = int(m[1]) if (m := PEAK.search(text)) else None
 
@@ -122,7 +140,7 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
              "val loss | peak allocated |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         stages = " / ".join(f"{ms:.1f}" for ms in r.stage_ms)
-        lines.append(f"| {r.name} | {r.side} | {'' if r.cold else r.seed} | {'empty' if r.cold else 'warm'} | "
+        lines.append(f"| {r.name} | {r.side} | {'' if r.cold else r.seed} | {'empty' if r.empty_caches else 'warm'} | "
                      f"{fmt(r.startup_s, '.1f', ' s')} | {stages} | {fmt(r.train_s, '.2f', ' s')} | "
                      f"{fmt(r.val_loss, '.4f')} | {fmt(r.peak_mib, ',', ' MiB')} |")
     lines += ["", "| medians | cold start | train time | val loss | ms/step by stage |", "| --- | --- | --- | --- | --- |"]
@@ -164,9 +182,9 @@ def main(argv=None):
     p.add_argument("--dry_run", action="store_true", help="print the commands in order, run nothing")
     args = p.parse_args(ours)
     try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        p.error(f"--seeds {args.seeds!r} is not comma-separated whole numbers")
+        seeds = [cli.whole(0, 2**32 - 1)(s) for s in args.seeds.split(",") if s.strip()]
+    except argparse.ArgumentTypeError:
+        p.error(f"--seeds {args.seeds!r} is not comma-separated whole numbers in 0..{2**32 - 1:,}")
     if taken := [f for f in flags if f.split("=")[0] in OWN_FLAGS]:
         p.error(f"{', '.join(taken)} after -- : tools/ab.py sets {', '.join(OWN_FLAGS)} itself; leave them out")
     if args.cold == 0 and not seeds:
@@ -177,13 +195,24 @@ def main(argv=None):
         raise cli.Error(f"--out {args.out} exists and is not an empty folder; name a new one (runs never mix)")
     runs = plan(args.cold, seeds, out / "caches")
     cmds = [command(a if r.side == "A" else b, args.nproc, flags, r, out) for r in runs]
+    prefill = out / "caches" / "prefill"
     if args.dry_run:
-        for run, cmd in zip(runs, cmds):
-            print(f"{run.name}: TORCHINDUCTOR_CACHE_DIR={run.caches} {shlex.join(cmd)}")
+        for name, cmd, caches in [("prefill", [sys.executable, "-c", PREFILL], prefill),
+                                  *((r.name, c, r.caches) for r, c in zip(runs, cmds))]:
+            env = " ".join(f"{k}={v}" for k, v in run_env(out, caches).items())
+            print(f"{name}: env -u PYTHONDONTWRITEBYTECODE {env} {shlex.join(cmd)}")
         return 0
     out.mkdir(parents=True, exist_ok=True)
     # else the first run compiles torch's compiler to bytecode on its clock (records/enwiki-124/2026-11-27_ab-tool-a-a)
-    subprocess.run([sys.executable, "-c", PREFILL], env=bytecode_env(out), check=True)
+    with open(out / "prefill.console", "w") as console:
+        proc = popen([sys.executable, "-c", PREFILL], out, prefill, console)
+        try:
+            proc.wait()
+        finally:
+            stop(proc)
+        if proc.returncode != 0:
+            raise cli.Error(f"filling the bytecode cache failed (exit status {proc.returncode}; does torch import "
+                            f"here?); its output: {out / 'prefill.console'}")
     for run, cmd in zip(runs, cmds):
         print(f"{run.name}: {shlex.join(cmd)}", flush=True)
         execute(cmd, run, out, args.timeout)

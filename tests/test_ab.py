@@ -138,6 +138,7 @@ def test_a_failed_run_is_one_line_naming_its_output(tmp_path, capfd, body, cold,
         ab.main(["--a", str(a), "--b", str(b), "--out", str(out), "--cold", cold, "--seeds", "0", "--", "--data", "x"])
     assert e.value.code == 1
     one_error_line(capfd.readouterr().err, *words)
+    assert (out / words[1]).exists(), "the console the line names"
 
 
 def test_a_failed_prefill_is_one_line(tmp_path, capfd, monkeypatch):
@@ -147,6 +148,7 @@ def test_a_failed_prefill_is_one_line(tmp_path, capfd, monkeypatch):
         ab.main(["--a", str(a), "--b", str(a), "--out", str(out), "--cold", "1", "--seeds", ""])
     assert e.value.code == 1
     one_error_line(capfd.readouterr().err, "bytecode cache failed", "exit status 3", "prefill.console")
+    assert (out / "prefill.console").exists()
 
 
 def test_a_run_past_its_timeout_is_stopped_with_its_children(tmp_path, capfd):

@@ -10,8 +10,8 @@ TRAIN_GPT_FLAGS: the run's settings (data, steps: e.g. tools/enwiki-124.sh's fla
 reusing its last cold start's caches (warm: their start-up is not a cold start). The first runs on a machine start
 slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
 OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
-clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table (OUT_DIR/ab.md) stay in OUT_DIR,
-which must be new or empty.
+clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table
+(OUT_DIR/ab.md) stay in OUT_DIR, which must be new or empty.
 """
 import argparse
 import os
@@ -77,12 +77,6 @@ def run_env(out: Path, caches: Path) -> dict:
             "TRITON_CACHE_DIR": str(caches / "triton")}
 
 
-def popen(cmd: list[str], out: Path, caches: Path, console) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | run_env(out, caches)
-    # a session of its own: stopping it reaches torchrun's workers too
-    return subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL):
     try:
         os.killpg(proc.pid, sig)
@@ -90,26 +84,38 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGKILL):
         pass
 
 
-def execute(cmd: list[str], run: Run, out: Path, timeout: float):
-    """Run one; a cold start is stopped (SIGTERM, as Ctrl-C would) once its log says `startup:`."""
-    log, console_path = out / f"{run.name}.txt", out / f"{run.name}.console"
+def supervise(cmd: list[str], name: str, out: Path, caches: Path, timeout: float, poll=lambda proc: None) -> int:
+    """Run cmd (output to OUT/<name>.console) in a session of its own, so that stopping it reaches torchrun's workers
+    too, calling poll(proc) twice a second; returns its exit status. Nothing of it outlives this call."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | run_env(out, caches)
+    console_path = out / f"{name}.console"
     with open(console_path, "w") as console:
-        proc = popen(cmd, out, run.caches, console)
-        deadline, stopped = time.monotonic() + timeout, False
+        proc = subprocess.Popen(cmd, env=env, stdout=console, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    raise cli.Error(f"run {run.name} took over --timeout {timeout:g} s; its output: "
-                                    f"{console_path} (raise --timeout, or look for a hang there)")
-                if run.cold and not stopped and log.exists() and STARTUP.search(log.read_text(errors="replace")):
-                    stop(proc, signal.SIGTERM)
-                    stopped = True
+                    raise cli.Error(f"{name} took over --timeout {timeout:g} s; its output: {console_path} (raise "
+                                    "--timeout, or look for a hang there)")
+                poll(proc)
                 time.sleep(0.5)
         finally:  # Ctrl-C, the timeout or an error here: leave no training process behind
             stop(proc)
             proc.wait()
-    if not stopped and proc.returncode != 0:
-        raise cli.Error(f"run {run.name} failed (exit status {proc.returncode}); its output: {console_path}")
+    return proc.returncode
+
+
+def execute(cmd: list[str], run: Run, out: Path, timeout: float):
+    """Run one; a cold start is stopped (SIGTERM, as Ctrl-C would) once its log says `startup:`."""
+    log, console_path, stopped = out / f"{run.name}.txt", out / f"{run.name}.console", []
+
+    def stop_at_startup(proc):
+        if run.cold and not stopped and log.exists() and STARTUP.search(log.read_text(errors="replace")):
+            stop(proc, signal.SIGTERM)
+            stopped.append(True)
+    status = supervise(cmd, run.name, out, run.caches, timeout, stop_at_startup)
+    if not stopped and status != 0:
+        raise cli.Error(f"run {run.name} failed (exit status {status}); its output: {console_path}")
     text = log.read_text(errors="replace") if log.exists() else ""
     if m := STARTUP.search(text):
         run.startup_s = float(m[1])
@@ -153,8 +159,8 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
         lines.append(f"| {side} | {fmt(med[side][0], '.1f', ' s')} | {fmt(med[side][1], '.2f', ' s')} | "
                      f"{fmt(med[side][2], '.4f')} | {' / '.join(f'{ms:.1f}' for ms in stages)} |")
     (ca, ta, la, _), (cb, tb, lb, _) = med["A"], med["B"]
-    ratio = f"train time B/A {tb / ta:.4f}" if ta and tb else "train time B/A: no full runs"
-    start = f"cold start B-A {cb - ca:+.1f} s" if ca and cb else "cold start B-A: no cold starts"
+    ratio = f"train time B/A {tb / ta:.4f}" if ta is not None and tb is not None else "train time B/A: no full runs"
+    start = f"cold start B-A {cb - ca:+.1f} s" if ca is not None and cb is not None else "cold start B-A: no cold starts"
     loss = f"val loss B-A {lb - la:+.4f}" if la is not None and lb is not None else ""
     return "\n".join(lines + ["", "; ".join(x for x in (ratio, start, loss) if x)]) + "\n"
 
@@ -204,15 +210,9 @@ def main(argv=None):
         return 0
     out.mkdir(parents=True, exist_ok=True)
     # else the first run compiles torch's compiler to bytecode on its clock (records/enwiki-124/2026-11-27_ab-tool-a-a)
-    with open(out / "prefill.console", "w") as console:
-        proc = popen([sys.executable, "-c", PREFILL], out, prefill, console)
-        try:
-            proc.wait()
-        finally:
-            stop(proc)
-        if proc.returncode != 0:
-            raise cli.Error(f"filling the bytecode cache failed (exit status {proc.returncode}; does torch import "
-                            f"here?); its output: {out / 'prefill.console'}")
+    if status := supervise([sys.executable, "-c", PREFILL], "prefill", out, prefill, args.timeout):
+        raise cli.Error(f"filling the bytecode cache failed (exit status {status}; does torch import here?); its "
+                        f"output: {out / 'prefill.console'}")
     for run, cmd in zip(runs, cmds):
         print(f"{run.name}: {shlex.join(cmd)}", flush=True)
         execute(cmd, run, out, args.timeout)

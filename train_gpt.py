@@ -20,6 +20,7 @@ import threading
 import time
 
 PROCESS_START = time.time()  # for the startup-time report
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -85,6 +86,7 @@ class Hyperparameters:
     fa3_hub_wait: float = 120.0  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
     dist_timeout: float = 300.0  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
     compile: bool = True  # torch.compile the model and optimizer math
+    compile_helpers: bool = True  # CUDA warm-up: two helper processes compile the backward and optimizer graphs meanwhile
     cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = True  # untimed compile and capture warm-up on each stage's first steps, then a state reset
     save_checkpoint: bool = False  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
@@ -199,6 +201,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
+from harness import compile_helpers  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, exit_with_one_line  # noqa: E402
 from harness.launch import form_group, read_launch  # noqa: E402
@@ -1092,26 +1095,6 @@ class IndexedShard:
         pinned = torch.empty(read_header(path), dtype=torch.uint16, pin_memory=torch.cuda.is_available())
         self.tokens = read_tokens(path, out=pinned.numpy())  # straight into pinned memory: copies to the GPU are async
 
-    @staticmethod
-    def load_async(path: Path, bos: np.ndarray):
-        """Start loading in a background thread; returns a function that waits for the shard."""
-        box = {}
-
-        def work():
-            try:
-                box["shard"] = IndexedShard(path, bos)
-            except Exception as e:  # re-raised in the caller's thread
-                box["error"] = e
-        thread = threading.Thread(target=work, daemon=True)
-        thread.start()
-
-        def get() -> IndexedShard:
-            thread.join()
-            if "error" in box:
-                raise box["error"]
-            return box["shard"]
-        return get
-
 
 class CuSeqlensCapacity:
     """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
@@ -1162,6 +1145,9 @@ class StepData:
     bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
 
 
+SHARD_LOADER = ThreadPoolExecutor(max_workers=2)  # two: a rewound loader's first shard need not queue behind a prefetch
+
+
 class TrainLoader:
     """Each step cuts MICRO_BATCHES micro-batches from the token stream, each T+1 tokens of whole-document starts:
     every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
@@ -1179,19 +1165,20 @@ class TrainLoader:
         self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
         self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
         self.next_file = self.shard_index
-        self.shard = self._open_next()()
-        self._prefetch = self._open_next()  # getter of the next shard (loading in a thread), or None
+        self.shard = self._open_next().result()
+        self._prefetch = self._open_next()
 
     def position(self) -> tuple[int, int]:
         """Where the next batch starts: pass it back as `start` to resume here."""
         return self.shard_index, self.doc
 
-    def _open_next(self):
+    def _open_next(self) -> Future | None:
+        """The next shard, loading in a background thread (its errors raise from .result()), or None after the last."""
         if self.next_file >= len(self.files):
             return None
-        get = IndexedShard.load_async(self.files[self.next_file], self.index[self.files[self.next_file]])
+        path = self.files[self.next_file]
         self.next_file += 1
-        return get
+        return SHARD_LOADER.submit(IndexedShard, path, self.index[path])
 
     def next_step(self, micro_tokens: int, max_seq_len: int) -> StepData:
         """This rank's micro-batches of the next step (and, if tracked, every rank's bigram rows)."""
@@ -1219,7 +1206,7 @@ class TrainLoader:
         if self._prefetch is None:
             raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
                             f"{self.hp.train_files!r}; add shards or shorten the schedule")
-        self.shard, self.doc = self._prefetch(), 0
+        self.shard, self.doc = self._prefetch.result(), 0
         self.shard_index += 1
         self._prefetch = self._open_next()
 
@@ -1447,9 +1434,10 @@ class Trainer:
     """Owns the model, optimizer, schedule and data; runs steps, validations, the warm-up and rewinds."""
 
     def __init__(self, hp: Hyperparameters, rt: Runtime, schedule: "Schedule", data: CheckedData, log: Logger,
-                 stop: StopRequest):
-        """data: check_data's; stop: the signal handler's request."""
+                 stop: StopRequest, helpers: compile_helpers.CompileHelpers | None = None):
+        """data: check_data's; stop: the signal handler's request; helpers: a cold start's, stopped after the warm-up."""
         self.hp, self.rt, self.schedule, self.train_index, self.log = hp, rt, schedule, data.train, log
+        self.helpers = helpers
         self.model = build_model(hp, rt)
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
@@ -1591,6 +1579,8 @@ class Trainer:
                      f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
+        if self.helpers:
+            self.log(self.helpers.stop())
         if self.hp.compile:
             self.log(f"compile: {compile_time_breakdown()}")
 
@@ -1655,9 +1645,15 @@ class Trainer:
 # main
 
 def main(argv: list[str] | None = None) -> int:
-    hp, given = parse_args(sys.argv[1:] if argv is None else argv, Hyperparameters, validate, check_files)
+    argv = sys.argv[1:] if argv is None else argv
+    hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     configure_torch()
+    helpers = compile_helpers.start(hp, __file__, argv)  # first: they start up while this process does
     rt = setup_runtime(hp)
+    if compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
+        schedule = Schedule(hp)
+        return compile_helpers.serve(Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
+                                             Logger(hp.log_dir, hp.run_id, is_master=False), StopRequest()))
     stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
     if threading.current_thread() is threading.main_thread():
         stop.install()
@@ -1677,7 +1673,7 @@ def main(argv: list[str] | None = None) -> int:
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
         try:
             log(data.report)
-            trainer = Trainer(hp, rt, schedule, data, log, stop)
+            trainer = Trainer(hp, rt, schedule, data, log, stop, helpers)
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran

@@ -1,0 +1,116 @@
+"""A cold start's compile helpers. The first warm-up step compiles, one after another, the model's forward and
+backward graphs (Inductor compiles the backward as soon as the forward is compiled: the shapes are dynamic) and then
+the optimizer's graphs, each from scratch when the caches are empty. Two helper processes, the same script and
+settings run again with ROLE in their environment, fill the shared Inductor and Triton caches meanwhile:
+
+- "backward" traces the model as the run does, skips the forward's Inductor compile, compiles the backward and
+  exits. The run, which compiled its forward meanwhile, waits for it at its own backward compile and then finds that
+  graph in Inductor's cache (the same graph, so the same key).
+- "optimizer" runs the first two steps, one micro-batch each, with the model uncompiled: that compiles the
+  optimizer's graphs (NorMuon's on step 0, Adam's on step 1) and builds the project's own Triton kernels.
+
+Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
+costs the run at most the bounded wait, and it compiles what it does not find. With warm caches a helper finds
+everything and exits after one micro-batch. Both are stopped before the first timed step, and when the run exits.
+The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are missing no helper starts.
+"""
+import atexit
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from torch._functorch._aot_autograd import graph_compile
+
+from harness.launch import read_launch
+
+ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: which graphs it compiles
+BACKWARD_WAIT_S = 180.0  # the run waits this long at most for the backward helper (a cold backward: 20-30 s)
+HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
+
+
+def role() -> str:
+    return os.environ.get(ROLE, "")
+
+
+def start(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
+    """The helpers, where they can help: a compiled CUDA run with a warm-up, not resumed (its settings may come from
+    the checkpoint), not itself a helper."""
+    if (role() or not (settings.compile_helpers and settings.compile and settings.warmup) or settings.resume
+            or settings.device == "cpu" or not torch.cuda.is_available()
+            or not all(hasattr(graph_compile, name) for name in HOOKS)):
+        return None
+    return CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+
+
+class CompileHelpers:
+    """Starts both helpers on this process's GPU (LOCAL_RANK stays; RANK and WORLD_SIZE go, so a helper joins no
+    process group and runs as rank 0 of an emulated world of the same size) and hooks the run's backward compile."""
+
+    def __init__(self, script: str, argv: list[str], world_size: int, emulated: bool):
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+        emulate = ["--emulate_world_size", str(world_size)] if world_size > 1 and not emulated else []
+        # the optimizer's few graphs need no pool of 16-32 compile workers beside the run's and the backward's
+        extra = dict(backward={}, optimizer={"TORCHINDUCTOR_COMPILE_THREADS": "2"})
+        self.procs = {name: subprocess.Popen([sys.executable, script, *argv, *emulate],
+                                             env={**env, **more, ROLE: name}, stdin=subprocess.DEVNULL,
+                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                             start_new_session=True)
+                      for name, more in extra.items()}
+        atexit.register(self.stop)
+        self.waited = None
+        original = graph_compile._aot_stage2b_bw_compile
+
+        def wait_then_compile(*args, **kwargs):  # the run's first backward compile is the model's
+            graph_compile._aot_stage2b_bw_compile = original
+            t = time.time()
+            try:
+                self.procs["backward"].wait(BACKWARD_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+            self.waited = time.time() - t
+            return original(*args, **kwargs)
+        graph_compile._aot_stage2b_bw_compile = wait_then_compile
+
+    def stop(self) -> str:
+        """Ends both helpers and whatever they started (compile workers); a line for the log."""
+        states = []
+        for name, proc in self.procs.items():
+            code = proc.poll()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            states.append(f"{name} {'stopped' if code is None else f'exited {code}'}")
+        hits = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
+        waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
+        return f"compile helpers: {', '.join(states)}{waited}; {hits} graphs came from Inductor's cache"
+
+
+def serve(trainer) -> int:
+    """A helper's work (ROLE set): the run's first steps, as far as its role needs."""
+    if role() == "backward":
+        compile_backward = graph_compile._aot_stage2b_bw_compile
+
+        def compile_and_exit(*args, **kwargs):
+            compile_backward(*args, **kwargs)  # into the cache
+            os._exit(0)  # nothing here runs the model
+        graph_compile._aot_stage2b_fw_compile = lambda *args, **kwargs: (None, None)  # (output strides, forward)
+        graph_compile._aot_stage2b_bw_compile = compile_and_exit
+
+        def compile_micro_step(mb, sched):
+            trainer.forward_backward(mb, sched)  # with empty caches compile_and_exit ends the process in here
+            os._exit(0)  # warm caches: there was nothing to compile
+        trainer.micro_step = compile_micro_step
+    else:
+        os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
+        trainer.forward, trainer.micro_step = trainer.model, trainer.forward_backward  # eager, no CUDA graphs
+    for step in (0, 1):
+        data = trainer.next_batches(step)
+        trainer.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
+    trainer.sync()
+    return 0

@@ -12,8 +12,9 @@ from harness.files import write_atomically
 
 FORMAT = 1  # of the checkpoint and capture files; a file of another format is refused, not guessed at
 # Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
-RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "dist_timeout", "compile", "compile_helpers", "cuda_graphs", "warmup",
-                     "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps", "sync_debug", "overwrite"}
+RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "dist_timeout", "compile", "compile_helpers",
+                     "cuda_graphs", "warmup", "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps",
+                     "sync_debug", "overwrite"}
 
 
 def settings_from(cls, config: dict):

@@ -15,11 +15,13 @@ everything and exits after one micro-batch. Both are stopped before the first ti
 The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are missing no helper starts.
 """
 import atexit
+import ctypes
 import dataclasses
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -27,13 +29,13 @@ from torch._functorch._aot_autograd import graph_compile
 
 from harness.launch import read_launch
 
-ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: which graphs it compiles
+ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
 BACKWARD_WAIT_S = 180.0  # the run waits this long at most for the backward helper (a cold backward: 20-30 s)
 HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
 
 
 def role() -> str:
-    return os.environ.get(ROLE, "")
+    return os.environ.get(ROLE, "").split(":")[0]
 
 
 def start(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
@@ -55,44 +57,59 @@ class CompileHelpers:
         emulate = ["--emulate_world_size", str(world_size)] if world_size > 1 and not emulated else []
         # the optimizer's few graphs need no pool of 16-32 compile workers beside the run's and the backward's
         extra = dict(backward={}, optimizer={"TORCHINDUCTOR_COMPILE_THREADS": "2"})
+        self.errors = {name: tempfile.TemporaryFile() for name in extra}  # nameless: read by stop() if one fails
         self.procs = {name: subprocess.Popen([sys.executable, script, *argv, *emulate],
-                                             env={**env, **more, ROLE: name}, stdin=subprocess.DEVNULL,
-                                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                             start_new_session=True)
+                                             env={**env, **more, ROLE: f"{name}:{os.getpid()}"},
+                                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                             stderr=self.errors[name], start_new_session=True)
                       for name, more in extra.items()}
         atexit.register(self.stop)
         self.waited = None
-        original = graph_compile._aot_stage2b_bw_compile
+        self.compile_backward = graph_compile._aot_stage2b_bw_compile
 
         def wait_then_compile(*args, **kwargs):  # the run's first backward compile is the model's
-            graph_compile._aot_stage2b_bw_compile = original
+            graph_compile._aot_stage2b_bw_compile = self.compile_backward
             t = time.time()
             try:
                 self.procs["backward"].wait(BACKWARD_WAIT_S)
             except subprocess.TimeoutExpired:
                 pass
             self.waited = time.time() - t
-            return original(*args, **kwargs)
+            return self.compile_backward(*args, **kwargs)
         graph_compile._aot_stage2b_bw_compile = wait_then_compile
 
     def stop(self) -> str:
-        """Ends both helpers and whatever they started (compile workers); a line for the log."""
+        """Ends the helpers still running, with whatever they started (compile workers), and the hook; a line for
+        the log; "" once they are stopped (atexit calls it again)."""
+        if not self.procs:
+            return ""
+        graph_compile._aot_stage2b_bw_compile = self.compile_backward  # unused if the caches were warm
         states = []
         for name, proc in self.procs.items():
-            code = proc.poll()
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-            states.append(f"{name} {'stopped' if code is None else f'exited {code}'}")
+            code = proc.poll()  # a helper that exited is reaped: its pid, and group, may be another's by now
+            if code is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the group: a live helper's pid is its group's id
+                proc.wait()
+            states.append(f"{name} {'stopped' if code is None else f'exited {code}'}{self._last_error(name, code)}")
+        self.procs = {}
         hits = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
         waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
         return f"compile helpers: {', '.join(states)}{waited}; {hits} graphs came from Inductor's cache"
 
+    def _last_error(self, name: str, code: int | None) -> str:
+        if code in (0, None):
+            return ""
+        self.errors[name].seek(0)
+        lines = [line for line in self.errors[name].read().decode(errors="replace").splitlines() if line.strip()]
+        return f" ({lines[-1].strip()})" if lines else ""
+
 
 def serve(trainer) -> int:
-    """A helper's work (ROLE set): the run's first steps, as far as its role needs."""
+    """A helper's work (ROLE set): the run's first steps, as far as its role needs. It dies with the run (whose
+    stops may not reach it: it has its own session), and ends at once if the run has already gone."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    if os.getppid() != int(os.environ[ROLE].split(":")[1]):
+        return 1
     if role() == "backward":
         compile_backward = graph_compile._aot_stage2b_bw_compile
 

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -41,9 +42,11 @@ def test_no_helpers_without_cuda_or_inside_a_helper(monkeypatch):
     assert compile_helpers.start(wanted(), "train_gpt.py", []) is None
 
 
-def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(monkeypatch):
+@pytest.mark.parametrize("emulated", [False, True])
+def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, monkeypatch):
     """Under torchrun a helper drops RANK and WORLD_SIZE (it joins no process group), keeps LOCAL_RANK (this rank's
-    GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles."""
+    GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles (an
+    emulated run's flags already say it)."""
     started = []
 
     class Popen:
@@ -55,17 +58,60 @@ def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(monkeypatc
     monkeypatch.setattr(compile_helpers.atexit, "register", lambda fn: None)
     monkeypatch.setattr(compile_helpers.graph_compile, "_aot_stage2b_bw_compile",
                         compile_helpers.graph_compile._aot_stage2b_bw_compile)  # restored after the test
-    monkeypatch.setenv("RANK", "3")
-    monkeypatch.setenv("WORLD_SIZE", "8")
+    monkeypatch.setenv("RANK", "0" if emulated else "3")
+    monkeypatch.setenv("WORLD_SIZE", "1" if emulated else "8")
     monkeypatch.setenv("LOCAL_RANK", "3")
     monkeypatch.setenv("MASTER_ADDR", "localhost")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    helpers = compile_helpers.start(wanted(), "train_gpt.py", ["--seed", "1"])
-    assert helpers is not None and [env[compile_helpers.ROLE] for _, env, _ in started] == ["backward", "optimizer"]
+    flags = ["--seed", "1", "--emulate_world_size", "8"] if emulated else ["--seed", "1"]
+    helpers = compile_helpers.start(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags)
+    roles = [env[compile_helpers.ROLE] for _, env, _ in started]
+    assert helpers is not None and roles == [f"backward:{os.getpid()}", f"optimizer:{os.getpid()}"]
     for cmd, env, kwargs in started:
         assert cmd[1:] == ["train_gpt.py", "--seed", "1", "--emulate_world_size", "8"]
         assert "RANK" not in env and "WORLD_SIZE" not in env and env["LOCAL_RANK"] == "3"
         assert kwargs["start_new_session"]  # stop() ends each helper's whole process group
+
+
+SLOW_OR_FAILING = textwrap.dedent("""
+    import os, subprocess, sys, time
+    sys.path.insert(0, {repo!r})
+    from harness import compile_helpers
+    if compile_helpers.role() == "optimizer":
+        sys.exit("error: a helper's last words")
+    child = subprocess.Popen(["sleep", "600"])  # e.g. a compile worker
+    open({pid_file!r}, "w").write(str(child.pid))
+    time.sleep(600)
+""")
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] in "ZX"  # reaped by now, or about to be
+    except FileNotFoundError:
+        return True
+
+
+def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(tmp_path):
+    script, pid_file = tmp_path / "helper.py", tmp_path / "child.pid"
+    script.write_text(SLOW_OR_FAILING.format(repo=str(REPO), pid_file=str(pid_file)))
+    hook = compile_helpers.graph_compile._aot_stage2b_bw_compile
+    helpers = compile_helpers.CompileHelpers(str(script), [], 1, False)
+    assert compile_helpers.graph_compile._aot_stage2b_bw_compile is not hook  # the run's backward waits
+    deadline = time.time() + 60
+    while not (pid_file.exists() and pid_file.read_text()) or helpers.procs["optimizer"].poll() is None:
+        assert time.time() < deadline, "the helpers did not start"
+        time.sleep(0.1)
+    child = int(pid_file.read_text())
+    line = helpers.stop()
+    assert line.startswith("compile helpers: backward stopped, optimizer exited 1 (error: a helper's last words); "), line
+    assert compile_helpers.graph_compile._aot_stage2b_bw_compile is hook
+    deadline = time.time() + 10
+    while not gone(child):
+        assert time.time() < deadline, "the helper's child outlived stop()"
+        time.sleep(0.1)
+    assert helpers.stop() == ""  # again, at exit: nothing left to stop
 
 
 TOY = textwrap.dedent("""

@@ -10,8 +10,8 @@ settings run again with ROLE in their environment, fill the shared Inductor and 
   optimizer's graphs (NorMuon's on step 0, Adam's on step 1) and builds the project's own Triton kernels.
 
 Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
-costs the run at most the bounded wait, and it compiles what it does not find. With warm caches a helper finds
-everything and exits after one micro-batch. Both are stopped before the first timed step, and when the run exits.
+costs the run at most the bounded wait, and it compiles what it does not find. With warm caches the backward helper
+finds its graphs and exits after one micro-batch. Both are stopped before the first timed step, and when the run exits.
 The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are missing no helper starts.
 """
 import atexit

@@ -209,6 +209,7 @@ from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
+from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.fp8_linear import fp8_linear  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
@@ -226,6 +227,9 @@ def configure_torch():
     # Inductor's occupancy retry compiles smaller reduction variants in this process: ~5 s of a cold start, no faster
     # step (records/enwiki-124/2026-11-26_cold-start).
     torch._inductor.config.dynamic_scale_rblock = False
+    # Rows of at most 1024 elements reduce in one pass, also where a fused part reads them out of order (the rotary's
+    # pairs): 1.2% off a step (records/enwiki-124/2026-11-27_persistent-row-reductions).
+    torch._inductor.config.inductor_choices_class = PersistentRowReductions
     # FA3's attention is a torch.autograd.Function, which AOTAutograd's cache refuses by default: every warm start
     # retraced the model (records/enwiki-124/2026-11-26_vs-reference-aot-cache).
     torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True

@@ -3,7 +3,13 @@ and a generic fallback for other GPUs, other shapes and the CPU interpreter; `pi
 
 Their launchers take `config=None` to pick from the table, or an explicit config (kernels/bench.py's sweeps).
 """
+import hashlib
+import inspect
+
 import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.choices import InductorChoices
+from torch._inductor.virtualized import V
 
 # Tables are keyed by CUDA compute capability: they were tuned on H100s, and the H200 is the same sm_90 chip
 # (132 SMs) with more memory, so one key covers both. Other GPUs and the CPU interpreter (key None) fall back.
@@ -23,3 +29,21 @@ def sm_count(device: torch.device) -> int:
     """SMs to size a persistent grid by. The interpreter gets 2 stand-ins, so that such a grid still has several
     programs, each walking several tiles, as on a GPU."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 2
+
+
+class PersistentRowReductions(InductorChoices):
+    """Inductor's choices, but a reduction over at most 1024 elements always keeps its row in registers. Inductor
+    loops over such a row (re-reading it, with fp32 intermediates in memory) whenever a fused pointwise part reads
+    out of order: the rotary's channel pairs made the QK norm's forward and backward kernels loops over 128-element
+    rows. Installed by train_gpt.configure_torch."""
+
+    def uuid(self) -> str:
+        """Inductor's cache key for these choices (torch >= 2.13 asks for it): this class's source."""
+        return hashlib.sha256(inspect.getsource(type(self)).encode()).hexdigest()
+
+    @staticmethod
+    def should_use_persistent_reduction(features, cooperative_reduction: bool) -> bool:
+        if InductorChoices.should_use_persistent_reduction(features, cooperative_reduction):
+            return True
+        return (inductor_config.triton.persistent_reductions and not cooperative_reduction
+                and V.graph.sizevars.statically_known_leq(features.reduction_numel, 1024))

@@ -22,6 +22,8 @@ os.environ["TRITON_INTERPRET"] = "1"  # read when Triton is imported
 
 # a Triton load or store whose offset takes a remainder by a symbolic size (ks0, 6*ks0, ...)
 SYMBOLIC_MODULO = re.compile(r"tl\.(load|store)\(.*%\s*\(?\s*(\d+\s*\*\s*)?ks\d+")
+# a looped reduction kernel (re-reading its rows) over rows of a constant length: kernels/configs.PersistentRowReductions
+LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n\s+r0_numel = (\d+)\n")
 
 
 def generated_code(tokens: int = 128) -> list[str]:
@@ -57,7 +59,9 @@ def generated_code(tokens: int = 128) -> list[str]:
 def summarize(codes: list[str]) -> dict:
     lines = [line.strip() for code in codes for line in code.splitlines()]
     return dict(modules=len(codes), kernels=sum(line.startswith("def triton_") for line in lines),
-                symbolic_modulo=[line for line in lines if SYMBOLIC_MODULO.search(line)])
+                symbolic_modulo=[line for line in lines if SYMBOLIC_MODULO.search(line)],
+                looped_short_rows=[m.group(1) for code in codes for m in LOOPED_SHORT_ROW.finditer(code)
+                                   if int(m.group(2)) <= 1024])
 
 
 def main():

@@ -307,13 +307,16 @@ def test_paired_rotary_puts_each_head_at_its_pair_position():
 
 def test_compiled_graph_has_no_index_math_modulo_the_token_count():
     """The training graph at GPU settings, compiled with a symbolic token count: no Triton load or store indexes
-    modulo it. Such index math came with copy kernels and 3x slower kernels on an H100 (tests/inductor_codegen.py)."""
+    modulo it. Such index math came with copy kernels and 3x slower kernels on an H100 (tests/inductor_codegen.py).
+    And no reduction over short rows loops (kernels/configs.PersistentRowReductions)."""
     out = subprocess.run([sys.executable, "-m", "tests.inductor_codegen"], cwd=REPO, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
     assert summary["modules"] >= 2, f"expected the forward's and the backward's code: {out.stderr[-1500:]}"
     assert not summary["symbolic_modulo"], "index math modulo the token count:\n" + "\n".join(summary["symbolic_modulo"])
+    assert not summary["looped_short_rows"], ("looped reductions over rows of at most 1024 elements (one pass each "
+                                              "is faster):\n" + "\n".join(summary["looped_short_rows"]))
 
 
 def test_lookup_gradients_sum_in_fp32_over_micro_batches():

@@ -12,6 +12,7 @@ log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparam
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
 import dataclasses
+import gc
 import math
 import os
 import re
@@ -728,8 +729,7 @@ def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: T
     The bf16 weights (p_bits, viewed as int16) plus their 16 lost mantissa bits form an exact fp32
     master copy, so small updates are not rounded away. The normalized update stays fp32 up to that master
     copy (the reference rounds it to bf16 first): one rounding fewer, and free, as this function is one fused
-    kernel that never stores the update.
-    """
+    kernel that never stores the update."""
     v = v.float()
     reduce_dim = -1 if v.size(-2) >= v.size(-1) else -2
     v_sq = v.square().mean(dim=reduce_dim, keepdim=True)
@@ -778,8 +778,7 @@ class NorMuonAdam:
     needed, only the rows.
     Adam parameters step only on odd steps, accumulating two steps of gradients (@classiclarryd).
     While tied, the embedding's gradient is folded into the (transposed) head's and the embedding
-    is rewritten from the head after each update.
-    """
+    is rewritten from the head after each update."""
 
     def __init__(self, model: GPT, hp: Hyperparameters, rt: Runtime, compile: bool):
         self.hp, self.rank, self.world_size, self.distributed = hp, rt.rank, rt.world_size, rt.distributed
@@ -1406,8 +1405,7 @@ class MicroStepGraphs:
     A graph replays the addresses it captured: batches are copied into static tensors, the schedule's
     tensors (MTP weights, rotary tables) change in place, and gradients sum into persistent tensors
     (GPT.gradients). The graphs share one memory pool: they run one at a time, and none keeps anything
-    alive between replays but its loss.
-    """
+    alive between replays but its loss."""
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
     def __init__(self, forward_backward):
@@ -1575,12 +1573,14 @@ class Trainer:
         self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
                  f"starts at {time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
+        gc.disable()  # the compile's millions of objects: records/enwiki-124/2026-11-27_gc-off-while-compiling
         for i, step in enumerate(steps, 1):
             settings, data = self.schedule.at(step), self.next_batches(step)
             self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
             self.sync()
             self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, {settings.micro_batch_tokens} "
                      f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")
+        gc.enable()
         self.restore(initial)
         self.guard.reset()
         if self.helpers:

@@ -17,6 +17,7 @@ The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are m
 import atexit
 import ctypes
 import dataclasses
+import gc
 import os
 import signal
 import subprocess
@@ -110,6 +111,7 @@ def serve(trainer) -> int:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     if os.getppid() != int(os.environ[ROLE].split(":")[1]):
         return 1
+    gc.disable()  # as in the run's warm-up: a helper only compiles, then exits
     if role() == "backward":
         compile_backward = graph_compile._aot_stage2b_bw_compile
 

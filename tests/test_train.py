@@ -4,6 +4,7 @@ end-to-end runs (one process, and two gloo processes against one with accumulati
     python3 -m pytest -q tests/test_train.py
 """
 import dataclasses
+import gc
 import hashlib
 import importlib.util
 import json
@@ -148,10 +149,12 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
                                 "--num_scheduled_steps", "6", "--num_extension_steps", "1", "--log_dir", str(tmp_path)])
     trainer = cpu_trainer(hp)
     assert trainer.rt.grad_accum_steps > 2
-    sizes, micro_step = [], trainer.micro_step
-    trainer.micro_step = lambda mb, sched: sizes.append(mb.inputs.numel()) or micro_step(mb, sched)
+    sizes, collecting, micro_step = [], set(), trainer.micro_step
+    trainer.micro_step = lambda mb, sched: (sizes.append(mb.inputs.numel()), collecting.add(gc.isenabled()),
+                                            micro_step(mb, sched))[-1]
     before = trainer.snapshot(0)
     trainer.warmup()
+    assert collecting == {False} and gc.isenabled(), "the garbage collector is off while compiling, on after"
     steps = trainer.schedule.warmup_steps(trainer.rt.grad_accum_steps)
     assert sizes == [trainer.schedule.at(n).micro_batch_tokens for n in steps for _ in range(2)]
     after = trainer.state(0)

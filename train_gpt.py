@@ -12,7 +12,6 @@ log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparam
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
 import dataclasses
-import gc
 import math
 import os
 import re
@@ -1573,14 +1572,14 @@ class Trainer:
         self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
                  f"starts at {time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
-        gc.disable()  # the compile's millions of objects: records/enwiki-124/2026-11-27_gc-off-while-compiling
-        for i, step in enumerate(steps, 1):
-            settings, data = self.schedule.at(step), self.next_batches(step)
-            self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
-            self.sync()
-            self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, {settings.micro_batch_tokens} "
-                     f"tokens per micro-batch, windows {settings.windows}) done at {time.time() - PROCESS_START:.1f}s")
-        gc.enable()
+        with compile_helpers.collector_off():  # collections walked the compile's millions of objects
+            for i, step in enumerate(steps, 1):
+                settings, data = self.schedule.at(step), self.next_batches(step)
+                self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
+                self.sync()
+                self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
+                         f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "
+                         f"{time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
         if self.helpers:

@@ -15,6 +15,7 @@ finds its graphs and exits after one micro-batch. Both are stopped before the fi
 The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are missing no helper starts.
 """
 import atexit
+import contextlib
 import ctypes
 import dataclasses
 import gc
@@ -105,13 +106,26 @@ class CompileHelpers:
         return f" ({lines[-1].strip()})" if lines else ""
 
 
+@contextlib.contextmanager
+def collector_off():
+    """Python's garbage collector off while compiling: a compile makes millions of objects, and every full collection
+    walks them all (records/enwiki-124/2026-11-27_gc-off-while-compiling). After it, those objects, and the compile's
+    garbage with them, are frozen out of every later collection, which would otherwise walk them during timed steps."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def serve(trainer) -> int:
     """A helper's work (ROLE set): the run's first steps, as far as its role needs. It dies with the run (whose
     stops may not reach it: it has its own session), and ends at once if the run has already gone."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
     if os.getppid() != int(os.environ[ROLE].split(":")[1]):
         return 1
-    gc.disable()  # as in the run's warm-up: a helper only compiles, then exits
+    gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
     if role() == "backward":
         compile_backward = graph_compile._aot_stage2b_bw_compile
 

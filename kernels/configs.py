@@ -2,6 +2,7 @@
 and a generic fallback for other GPUs, other shapes and the CPU interpreter; `pick` chooses between them.
 
 Their launchers take `config=None` to pick from the table, or an explicit config (kernels/bench.py's sweeps).
+For the kernels Inductor writes, PersistentRowReductions changes one of Inductor's own choices.
 """
 import hashlib
 import inspect
@@ -32,14 +33,20 @@ def sm_count(device: torch.device) -> int:
 
 
 class PersistentRowReductions(InductorChoices):
-    """Inductor's choices, but a reduction over at most 1024 elements always keeps its row in registers. Inductor
-    loops over such a row (re-reading it, with fp32 intermediates in memory) whenever a fused pointwise part reads
-    out of order: the rotary's channel pairs made the QK norm's forward and backward kernels loops over 128-element
-    rows. Installed by train_gpt.configure_torch."""
+    """Inductor's choices, but a reduction over a constant length of at most 1024 elements always keeps its row in
+    registers (a persistent reduction: one pass). Inductor does so only for in-order reads; it loops over the row
+    (re-reading it, with fp32 intermediates in memory) when a fused pointwise part reads out of order, as the rotary's
+    channel pairs did in the QK norm's kernels (128-element rows), and skips it for other reduction kinds over ranges
+    of sizes. Installed by train_gpt.configure_torch; measured on this model's graph only
+    (records/enwiki-124/2026-11-27_persistent-row-reductions)."""
 
     def uuid(self) -> str:
-        """Inductor's cache key for these choices (torch >= 2.13 asks for it): this class's source."""
-        return hashlib.sha256(inspect.getsource(type(self)).encode()).hexdigest()
+        """Inductor's cache key for these choices (torch >= 2.13 asks for it): this class's source, else its name.
+        Torch 2.11 keys the class by its name alone: after editing it there, clear Inductor's cache."""
+        try:
+            return hashlib.sha256(inspect.getsource(type(self)).encode()).hexdigest()
+        except (OSError, TypeError):  # no source file (bytecode only)
+            return f"{type(self).__module__}.{type(self).__qualname__}"
 
     @staticmethod
     def should_use_persistent_reduction(features, cooperative_reduction: bool) -> bool:

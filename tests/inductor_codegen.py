@@ -22,8 +22,9 @@ os.environ["TRITON_INTERPRET"] = "1"  # read when Triton is imported
 
 # a Triton load or store whose offset takes a remainder by a symbolic size (ks0, 6*ks0, ...)
 SYMBOLIC_MODULO = re.compile(r"tl\.(load|store)\(.*%\s*\(?\s*(\d+\s*\*\s*)?ks\d+")
-# a looped reduction kernel (re-reading its rows) over rows of a constant length: kernels/configs.PersistentRowReductions
-LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n\s+r0_numel = (\d+)\n")
+# a looped reduction kernel (re-reading its rows) over rows of a constant length (kernels/configs.py); a constant
+# xnumel may come first
+LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n(?:[ \t]+xnumel = \d+\n)?[ \t]+r0_numel = (\d+)\n")
 
 
 def generated_code(tokens: int = 128) -> list[str]:

@@ -150,11 +150,17 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
     trainer = cpu_trainer(hp)
     assert trainer.rt.grad_accum_steps > 2
     sizes, collecting, micro_step = [], set(), trainer.micro_step
-    trainer.micro_step = lambda mb, sched: (sizes.append(mb.inputs.numel()), collecting.add(gc.isenabled()),
-                                            micro_step(mb, sched))[-1]
+
+    def spy(mb, sched):
+        sizes.append(mb.inputs.numel())
+        collecting.add(gc.isenabled())
+        return micro_step(mb, sched)
+    trainer.micro_step = spy
     before = trainer.snapshot(0)
     trainer.warmup()
-    assert collecting == {False} and gc.isenabled(), "the garbage collector is off while compiling, on after"
+    assert collecting == {False}, "the garbage collector is off while the warm-up compiles"
+    assert gc.isenabled() and gc.get_freeze_count(), "on after it, with the compile's objects frozen out of it"
+    gc.unfreeze()  # this test process's objects, for the tests after this one
     steps = trainer.schedule.warmup_steps(trainer.rt.grad_accum_steps)
     assert sizes == [trainer.schedule.at(n).micro_batch_tokens for n in steps for _ in range(2)]
     after = trainer.state(0)

@@ -115,6 +115,8 @@ def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(t
 
 
 TOY = textwrap.dedent("""
+    import gc
+    import os
     import sys
     import torch
     sys.path.insert(0, {repo!r})
@@ -134,6 +136,9 @@ TOY = textwrap.dedent("""
             return compile_helpers.dataclasses.make_dataclass("StepData", ["micro_batches"])([None, None])
 
         def forward_backward(self, mb, sched):
+            if compile_helpers.role():  # a helper compiles with the garbage collector off
+                with open(os.environ["GC_STATES"], "a") as f:
+                    f.write(f"{{compile_helpers.role()}} {{gc.isenabled()}}\\n")
             loss = self.forward(self.x, self.w)
             loss.backward()
             return loss
@@ -164,10 +169,11 @@ def test_the_run_finds_the_backward_the_helper_compiled(tmp_path):
     script = tmp_path / "toy.py"
     script.write_text(TOY.format(repo=str(REPO)))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
-           "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+           "TRITON_CACHE_DIR": str(tmp_path / "triton"), "GC_STATES": str(tmp_path / "gc_states")}
     env.pop(compile_helpers.ROLE, None)
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert set((tmp_path / "gc_states").read_text().splitlines()) == {"backward False", "optimizer False"}
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("compile helpers: backward exited 0, optimizer exited 0; the run waited"), line
     assert line.endswith("; 1 graphs came from Inductor's cache"), line  # the backward (the forward compiled here)

@@ -39,6 +39,7 @@ class PersistentRowReductions(InductorChoices):
     channel pairs did in the QK norm's kernels (128-element rows), and skips it for other reduction kinds over ranges
     of sizes. Installed by train_gpt.configure_torch; measured on this model's graph only
     (records/enwiki-124/2026-11-27_persistent-row-reductions)."""
+    MAX_ROW = 1024  # Inductor's own limit for in-order rows
 
     def uuid(self) -> str:
         """Inductor's cache key for these choices (torch >= 2.13 asks for it): this class's source, else its name.
@@ -53,4 +54,5 @@ class PersistentRowReductions(InductorChoices):
         if InductorChoices.should_use_persistent_reduction(features, cooperative_reduction):
             return True
         return (inductor_config.triton.persistent_reductions and not cooperative_reduction
-                and V.graph.sizevars.statically_known_leq(features.reduction_numel, 1024))
+                and V.graph.sizevars.statically_known_leq(features.reduction_numel,
+                                                               PersistentRowReductions.MAX_ROW))

@@ -58,11 +58,12 @@ def generated_code(tokens: int = 128) -> list[str]:
 
 
 def summarize(codes: list[str]) -> dict:
+    from kernels.configs import PersistentRowReductions
     lines = [line.strip() for code in codes for line in code.splitlines()]
     return dict(modules=len(codes), kernels=sum(line.startswith("def triton_") for line in lines),
                 symbolic_modulo=[line for line in lines if SYMBOLIC_MODULO.search(line)],
                 looped_short_rows=[m.group(1) for code in codes for m in LOOPED_SHORT_ROW.finditer(code)
-                                   if int(m.group(2)) <= 1024])
+                                   if int(m.group(2)) <= PersistentRowReductions.MAX_ROW])
 
 
 def main():

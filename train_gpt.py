@@ -62,7 +62,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_body: bool = True  # FP8 QKV forward, the MLP but dW (down, backward: model_dim % 128 == 0) on CUDA; False: bf16
+    fp8_body: bool = True  # CUDA: FP8 QKV fwd, MLP but dW (down, bwd: model_dim % 128 == 0), tanh.approx CE sigmoid; False: exact
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -305,6 +305,7 @@ class GPTConfig:
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
     fp8_mlp_blocks: bool = False  # and its second matmul, the backward's d_pre and dx (block and row scales)
     fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py: it reads normed rows)
+    tanh_sigmoid: bool = False  # the CE kernel's sigmoid from tanh.approx (CUDA; kernels/softcapped_ce.py)
     num_layers: int = 11
     # Layer roles. All layers have an MLP; one has no attention (@YouJiacheng).
     mlp_only_layer: int = 6
@@ -586,7 +587,7 @@ class GPT(nn.Module):
         A, B, C = cfg.logit_cap  # soft cap (Gemma 2; shifted sigmoid form by @YouJiacheng, @classiclarryd)
         if self.training:
             return head_loss_op(x, self.lm_head, targets, sched.mtp_weights, cfg.logit_cap, cfg.head_x_scale,
-                                cfg.head_w_scale, cfg.head_grad_scale, cfg.fp8_head)[0]
+                                cfg.head_w_scale, cfg.head_grad_scale, cfg.fp8_head, cfg.tanh_sigmoid)[0]
         loss = x.new_zeros((), dtype=torch.float32)
         for xc, tc in zip(x.split(cfg.eval_chunk), targets.split(cfg.eval_chunk)):  # bounds the logits' memory
             logits = A * torch.sigmoid((xc @ self.lm_head + B) / C)
@@ -629,7 +630,7 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                      attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda,
                      fp8_mlp=hp.fp8_body and cuda, fp8_mlp_blocks=hp.fp8_body and cuda and hp.model_dim % 128 == 0,
-                     fp8_qkv=hp.fp8_body and cuda, loss_scale=1 / rt.grad_accum_steps)
+                     fp8_qkv=hp.fp8_body and cuda, tanh_sigmoid=hp.fp8_body and cuda, loss_scale=1 / rt.grad_accum_steps)
 
 
 def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
@@ -1681,7 +1682,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
             log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}; "
-                f"CUDA graphs: {hp.cuda_graphs}"
+                f"CE sigmoid from tanh.approx: {cfg.tanh_sigmoid}; CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)

@@ -18,6 +18,7 @@ Metric conventions:
 """
 import argparse
 import datetime
+import itertools
 from dataclasses import dataclass
 from functools import partial
 
@@ -232,8 +233,8 @@ CE_CASES = [(16384, 3), (32768, 2), (49152, 1)]
 CE_VOCAB = 50304
 CE_SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 CE_GRAD_SCALE = 0.75 / 448
-CE_BLOCKS = [(1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (2, 1024, 4), (2, 2048, 8),
-             (4, 1024, 8)]  # (block_rows, block_v, num_warps)
+CE_BLOCKS = [(1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (1, 8192, 16), (1, 8192, 32),
+             (2, 1024, 4), (2, 2048, 8), (4, 1024, 8)]  # (block_rows, block_v, num_warps)
 CE_CANDIDATES = [CEConfig(*block, reverse_pass2, fma_reciprocal, num_stages) for block in CE_BLOCKS
                  for reverse_pass2 in (False, True) for fma_reciprocal in (False, True) for num_stages in (1, 3)]
 CE_SWEEP_SHOWN = 12  # rows printed per shape: the fastest candidates (and the table's config)
@@ -245,7 +246,7 @@ def _ce_case(n_rows, num_predict):
     targets = torch.randint(0, CE_VOCAB, (n_rows,), device=DEVICE)
     weights = torch.tensor([1.0, 0.5, 0.25][:num_predict], device=DEVICE)
     args = (logits, targets, weights, *CE_SOFTCAP, CE_GRAD_SCALE, torch.float8_e5m2)
-    return (lambda config=None: softcapped_ce_triton(*args, config=config),
+    return (lambda config=None, tanh_sigmoid=False: softcapped_ce_triton(*args, tanh_sigmoid, config),
             lambda: softcapped_ce_reference(*args), logits.numel() * (2 + 1))
 
 
@@ -262,35 +263,40 @@ def bench_softcapped_ce(peaks: Peaks):
     rows = []
     for n_rows, num_predict in CE_CASES:
         fused, reference, nbytes = _ce_case(n_rows, num_predict)
-        rows.append(compare_row(f"losses + grad K={num_predict}", (n_rows, CE_VOCAB), time_ms(fused),
-                                _time_or_nan(reference), nbytes, "TB/s", peaks.copy_tb_s))
+        baseline = _time_or_nan(reference)
+        for tanh_sigmoid in (False, True):
+            rows.append(compare_row(f"losses + grad K={num_predict}{' tanh' if tanh_sigmoid else ''}",
+                                    (n_rows, CE_VOCAB), time_ms(lambda: fused(None, tanh_sigmoid)), baseline, nbytes,
+                                    "TB/s", peaks.copy_tb_s))
     print_table("softcapped_ce, bf16 logits -> fp32 losses + e5m2 grads in one kernel (TB/s: logits read once, "
-                "gradient written; torch: the eager fp32 reference; nan: out of memory)", COMPARE_HEADERS, rows)
+                "gradient written; tanh: the sigmoid from tanh.approx; torch: the eager fp32 reference; nan: out of "
+                "memory)", COMPARE_HEADERS, rows)
 
 
 def sweep_softcapped_ce(peaks: Peaks):
     rows, fastest = [], []
-    for n_rows, num_predict in CE_CASES:
+    for (n_rows, num_predict), tanh_sigmoid in itertools.product(CE_CASES, (False, True)):
         fused, _, nbytes = _ce_case(n_rows, num_predict)
-        table = ce_config(torch.device(DEVICE), n_rows, CE_VOCAB)
-        timings = sorted((time_ms(lambda: fused(config), rep_ms=40), config) for config in CE_CANDIDATES)
+        table = ce_config(torch.device(DEVICE), n_rows, CE_VOCAB, tanh_sigmoid)
+        candidates = [c for c in CE_CANDIDATES if c.fma_reciprocal or not tanh_sigmoid]  # tanh: no reciprocal
+        timings = sorted((time_ms(lambda: fused(config, tanh_sigmoid), rep_ms=40), config) for config in candidates)
         for rank, (ms, config) in enumerate(timings):
             if rank < CE_SWEEP_SHOWN or config == table:
                 label = (f"r{config.block_rows} v{config.block_v} w{config.num_warps} s{config.num_stages} "
                          f"{'reverse' if config.reverse_pass2 else 'forward'} "
-                         f"{'fma' if config.fma_reciprocal else 'mufu'}")
+                         f"{'tanh' if tanh_sigmoid else 'fma' if config.fma_reciprocal else 'mufu'}")
                 rate = nbytes / ms / 1e9
                 rows.append([f"{n_rows}x{CE_VOCAB}", num_predict, rank + 1,
                              label + (" (table)" if config == table else ""), ms, f"{rate:.2f}",
                              f"{100 * rate / peaks.copy_tb_s:.0f}%"])
-        fastest.append((n_rows, *timings[0]))
-    print_table(f"softcapped_ce sweep: the {CE_SWEEP_SHOWN} fastest of {len(CE_CANDIDATES)} candidates per shape "
-                "(s: pipeline stages; pass 2 in forward or reverse column order; the sigmoid's reciprocal on the "
-                "fma or mufu pipe)",
+        fastest.append((n_rows, tanh_sigmoid, *timings[0]))
+    print_table(f"softcapped_ce sweep: the {CE_SWEEP_SHOWN} fastest candidates per shape and sigmoid "
+                "(s: pipeline stages; pass 2 in forward or reverse column order; the sigmoid from tanh.approx, or "
+                "its reciprocal on the fma or mufu pipe)",
                 ["shape", "K", "rank", "config", "ms", "TB/s", "% copy peak"], rows)
     print("\nfastest per shape, for CE_CONFIGS in kernels/softcapped_ce.py:")
-    for n_rows, ms, config in fastest:
-        print(f"    ({n_rows}, {CE_VOCAB}): {config!r},  # {ms:.3f} ms")
+    for n_rows, tanh_sigmoid, ms, config in fastest:
+        print(f"    ({n_rows}, {CE_VOCAB}, {tanh_sigmoid}): {config!r},  # {ms:.3f} ms")
 
 
 # --- relu_square -------------------------------------------------------------------------------

@@ -32,12 +32,14 @@ def transposed(t: Tensor) -> Tensor:
 
 @torch.library.custom_op("nanogpt::head_loss", mutates_args=())
 def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, softcap: list[float], x_scale: float,
-                 w_scale: float, grad_scale: float, fp8: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+                 w_scale: float, grad_scale: float, fp8: bool, tanh_sigmoid: bool
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """x: (T, D), w: (D, V) -> the summed loss (0-d fp32), which alone is differentiable; the per-position
     losses (T,); and what the backward reads: the logit gradient of the summed loss (T, V) and the FP8
     operands (empty without fp8). softcap: (A, B, C) of A·sigmoid((logits + B)/C). With fp8, x and w are
     divided by x_scale and w_scale before the e4m3 cast, and the logit gradient by grad_scale before the
-    e5m2 one; without, the gradient is in the logits' dtype and grad_scale is unused."""
+    e5m2 one; without, the gradient is in the logits' dtype and grad_scale is unused. tanh_sigmoid: the CE kernel's
+    sigmoid from tanh.approx (kernels/softcapped_ce.py)."""
     if fp8:
         x8 = x.div(x_scale).to(torch.float8_e4m3fn)
         w8 = w.div(w_scale).to(torch.float8_e4m3fn)
@@ -45,16 +47,17 @@ def head_loss_op(x: Tensor, w: Tensor, targets: Tensor, mtp_weights: Tensor, sof
         logits = torch._scaled_mm(x8, transposed(w8).T, scale_a=one * x_scale, scale_b=one * w_scale,
                                   out_dtype=torch.bfloat16, use_fast_accum=True)
         losses, grad = softcapped_ce(logits, targets, mtp_weights, *softcap, grad_scale=grad_scale,
-                                     out_dtype=torch.float8_e5m2)
+                                     out_dtype=torch.float8_e5m2, tanh_sigmoid=tanh_sigmoid)
     else:
         x8, w8 = x.new_empty(0), x.new_empty(0)
         logits = x @ w
-        losses, grad = softcapped_ce(logits, targets, mtp_weights, *softcap, out_dtype=logits.dtype)
+        losses, grad = softcapped_ce(logits, targets, mtp_weights, *softcap, out_dtype=logits.dtype,
+                                     tanh_sigmoid=tanh_sigmoid)
     return losses.sum(), losses, grad, x8, w8
 
 
 @head_loss_op.register_fake
-def _(x, w, targets, mtp_weights, softcap, x_scale, w_scale, grad_scale, fp8):
+def _(x, w, targets, mtp_weights, softcap, x_scale, w_scale, grad_scale, fp8, tanh_sigmoid):
     T, V = x.size(0), w.size(1)
     f8 = (lambda t: t.new_empty(t.shape, dtype=torch.float8_e4m3fn)) if fp8 else (lambda t: t.new_empty(0))
     return (x.new_empty((), dtype=torch.float32), x.new_empty(T, dtype=torch.float32),
@@ -84,7 +87,7 @@ def _(grad_loss, grad_logits, x_saved, w_saved, x_scale, w_scale, grad_scale, fp
 
 
 def _head_loss_setup(ctx, inputs, output):
-    x, w, targets, mtp_weights, softcap, x_scale, w_scale, grad_scale, fp8 = inputs
+    x, w, targets, mtp_weights, softcap, x_scale, w_scale, grad_scale, fp8, _ = inputs
     _, losses, grad_logits, x8, w8 = output
     ctx.mark_non_differentiable(losses, grad_logits, x8, w8)
     ctx.save_for_backward(*((x8, w8) if fp8 else (x, w)), grad_logits)
@@ -94,7 +97,7 @@ def _head_loss_setup(ctx, inputs, output):
 def _head_loss_backward(ctx, grad_loss, *_):
     x_saved, w_saved, grad_logits = ctx.saved_tensors
     grad_x, grad_w = head_loss_backward_op(grad_loss, grad_logits, x_saved, w_saved, *ctx.constants)
-    return grad_x, grad_w, None, None, None, None, None, None, None
+    return grad_x, grad_w, None, None, None, None, None, None, None, None
 
 
 head_loss_op.register_autograd(_head_loss_backward, setup_context=_head_loss_setup)

@@ -44,6 +44,11 @@ Kernel notes:
   8 warps) passes 1 and 2 issue 16.4 and 19.1 instructions per logit with it, 14.5 and 17.1 without. The
   fused kernel gains little from it: 3.99 ms against 4.02 with MUFU.RCP (H100, N=49152, BLOCK_V 2048, reverse
   pass 2).
+- tanh_sigmoid (the trainer's --fp8_body numerics): s = (1 + tanh((x + B)/(2C)))/2 by one MUFU.TANH (PTX
+  tanh.approx.f32, max relative error 1.1e-5), so exp(z - A) = exp2((A/2)·log2(e)·(th - 1)) and s(1 - s) = (1 -
+  th²)/4 follow from th in one FMA each: 2 MUFU ops per logit and pass, and ~7 fewer instructions than the FMA
+  reciprocal. The losses move by ~1e-4 and the gradient by ~1e-5 of its largest entry (bf16 logits carry 4e-3).
+  H100: 3.64 against 3.93 ms at N=49152, 1.22 against 1.31 at N=16384 (records/kernels/2026-11-27_ce-tanh-sigmoid).
 - A, B, C and grad_scale are compile-time constants. Passed as runtime Python floats they can reach
   the kernel as fp64 (the Triton 3.6 failure of the original kernel); as constexprs the compiler folds
   them into fp32 constants, e.g. (x + B)/C and the log2(e) factor of exp2 become one FMA.
@@ -90,6 +95,12 @@ def _softcap_sigmoid(x, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, FMA_RECIPR
 
 
 @triton.jit
+def _tanh_approx(x):
+    """tanh of fp32 x by one MUFU.TANH (PTX tanh.approx.f32)."""
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _softcapped_ce_fused_kernel(
     logits_ptr, targets_ptr, weights_ptr,  # (N, V) logits, (N,) int64 targets, (K,) fp32 MTP weights
     losses_ptr, grad_ptr,                  # (N,) fp32 losses, (N, V) gradient in any float dtype
@@ -97,6 +108,7 @@ def _softcapped_ce_fused_kernel(
     A: tl.constexpr, A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, DZ_DS: tl.constexpr,
     NUM_PREDICT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_V: tl.constexpr,
     REVERSE_PASS2: tl.constexpr, FMA_RECIPROCAL: tl.constexpr, NUM_STAGES: tl.constexpr,
+    TANH: tl.constexpr, H_SCALE: tl.constexpr, H_SHIFT: tl.constexpr, HALF_A_LOG2E: tl.constexpr,
 ):
     out_dtype = grad_ptr.dtype.element_ty
     n_blocks = tl.cdiv(n_cols, BLOCK_V)  # column blocks per row
@@ -114,8 +126,11 @@ def _softcapped_ce_fused_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         mask = row_ok[:, None] & (cols < n_cols)[None, :]
         x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
-        s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
-        acc += tl.exp2(s * A_LOG2E - A_LOG2E)
+        if TANH:  # z - A = (A/2)(th - 1), th = tanh((x + B)/(2C)); -inf gives th = -1, as s = 0 does
+            acc += tl.exp2(_tanh_approx(x * H_SCALE + H_SHIFT) * HALF_A_LOG2E - HALF_A_LOG2E)
+        else:
+            s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            acc += tl.exp2(s * A_LOG2E - A_LOG2E)
     lse = A + tl.log(tl.sum(acc, axis=1) - (n_blocks * BLOCK_V - n_cols) * tl.exp2(-A_LOG2E))  # (R,)
 
     loss = tl.zeros([BLOCK_ROWS], dtype=tl.float32)
@@ -125,7 +140,10 @@ def _softcapped_ce_fused_kernel(
         weight = tl.load(weights_ptr + k)
         target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
         x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
-        z_target = A * _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+        if TANH:
+            z_target = 0.5 * A * (1.0 + _tanh_approx(x_target * H_SCALE + H_SHIFT))
+        else:
+            z_target = A * _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
         loss += tl.where(has_target, weight * (lse - z_target), 0.0)
         weight_sum += tl.where(has_target, weight, 0.0)
     tl.store(losses_ptr + rows, loss, mask=row_ok)
@@ -138,9 +156,14 @@ def _softcapped_ce_fused_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         mask = row_ok[:, None] & (cols < n_cols)[None, :]
         x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
-        p = tl.exp2(s * A_LOG2E - lse_log2e[:, None])  # exp(z - lse)
-        grad = (s - s * s) * row_scale[:, None] * p
+        if TANH:  # s(1 - s) = (1 - th²)/4
+            th = _tanh_approx(x * H_SCALE + H_SHIFT)
+            p = tl.exp2(th * HALF_A_LOG2E + (HALF_A_LOG2E - lse_log2e)[:, None])
+            grad = (1.0 - th * th) * (0.25 * row_scale)[:, None] * p
+        else:
+            s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            p = tl.exp2(s * A_LOG2E - lse_log2e[:, None])  # exp(z - lse)
+            grad = (s - s * s) * row_scale[:, None] * p
         tl.store(grad_row_ptrs[:, None] + cols[None, :], grad.to(out_dtype), mask=mask)
 
     # Rewrite the (at most K) target columns of each row with their -w_k terms
@@ -153,9 +176,14 @@ def _softcapped_ce_fused_kernel(
             other = tl.load(targets_ptr + rows + j, mask=row_ok & (rows + j < n_rows), other=-1)
             hit += tl.where(other == target, tl.load(weights_ptr + j), 0.0)
         x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
-        s = _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
-        p = tl.exp2(s * A_LOG2E - lse_log2e)
-        grad = (s - s * s) * DZ_DS * (weight_sum * p - hit)
+        if TANH:
+            th = _tanh_approx(x_target * H_SCALE + H_SHIFT)
+            p = tl.exp2(th * HALF_A_LOG2E + (HALF_A_LOG2E - lse_log2e))
+            grad = (1.0 - th * th) * (0.25 * DZ_DS) * (weight_sum * p - hit)
+        else:
+            s = _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
+            p = tl.exp2(s * A_LOG2E - lse_log2e)
+            grad = (s - s * s) * DZ_DS * (weight_sum * p - hit)
         tl.store(grad_row_ptrs + target, grad.to(out_dtype), mask=has_target)
 
 
@@ -180,21 +208,27 @@ class CEConfig(NamedTuple):
 #   r1 v2048 w8: forward mufu 4.16, forward fma 4.13, reverse mufu 4.02, reverse fma 3.99, reverse fma s3 3.93
 #   r1 v1024 w4 reverse fma: 4.11;  r2 v2048 w8 reverse fma: 4.07
 #   persistent grids of 2 or 4 programs per SM (an option since removed): 19-61% slower than one per row block
+# With tanh_sigmoid, at N=49152 (fma_reciprocal unused; table 3.93 without): r1 v8192 w16 3.64 ms (fastest; 1.22 at
+# N=16384), v4096 w16 3.72, v2048 w8 3.95, v4096 w8 4.13, v16384 w32 4.50; with ex2.approx.ftz for exp2 too, v8192
+# w16 3.62 and w32 3.59 (1.20 at N=16384): not adopted, within run-to-run noise.
 _SM90_CE = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
-CE_CONFIGS = {SM90: {(16384, 50304): _SM90_CE, (32768, 50304): _SM90_CE, (49152, 50304): _SM90_CE}}
+_SM90_CE_TANH = CEConfig(1, 8192, 16, reverse_pass2=True, num_stages=1)
+CE_CONFIGS = {SM90: {(n, 50304, tanh): _SM90_CE_TANH if tanh else _SM90_CE
+                     for n in (16384, 32768, 49152) for tanh in (False, True)}}
 
 
-def ce_config(device: torch.device, n_rows: int, n_cols: int) -> CEConfig:
+def ce_config(device: torch.device, n_rows: int, n_cols: int, tanh_sigmoid: bool = False) -> CEConfig:
     # Fallback, untuned (other shapes and GPUs, the interpreter): ~2048 elements a step, several rows if V is small
     block_v = min(2048, triton.next_power_of_2(n_cols))
-    return pick(CE_CONFIGS, device, (n_rows, n_cols), CEConfig(2048 // block_v, block_v, 4))
+    return pick(CE_CONFIGS, device, (n_rows, n_cols, tanh_sigmoid), CEConfig(2048 // block_v, block_v, 4))
 
 
 def _softcap_constants(A: float, B: float, C: float) -> dict:
     """Compile-time constants of z = A·sigmoid((x + B)/C), in the base-2 form the kernel uses."""
     assert 0.0 < A <= MAX_CAP, f"soft cap A={A} must be in (0, {MAX_CAP}] for the max-free logsumexp"
     assert C > 0.0, f"soft cap temperature C={C} must be positive"
-    return dict(A=A, A_LOG2E=A * LOG2E, X_SCALE=-LOG2E / C, X_SHIFT=-B * LOG2E / C)
+    return dict(A=A, A_LOG2E=A * LOG2E, X_SCALE=-LOG2E / C, X_SHIFT=-B * LOG2E / C, H_SCALE=0.5 / C,
+                H_SHIFT=0.5 * B / C, HALF_A_LOG2E=0.5 * A * LOG2E)
 
 
 def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torch.Tensor):
@@ -211,24 +245,26 @@ def _check_inputs(logits: torch.Tensor, targets: torch.Tensor, mtp_weights: torc
 # Host wrapper
 
 def softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16,
-                         config=None):
+                         tanh_sigmoid=False, config=None):
     """Triton: logits (N, V) -> (losses fp32 (N,), d(sum_i losses_i)/d logits / grad_scale as (N, V) out_dtype).
 
     grad_scale is a compile-time constant (one compiled kernel per value): keep it fixed in training.
-    config: CEConfig override.
+    tanh_sigmoid: the sigmoid from tanh.approx (GPU only: the interpreter runs no inline PTX). config: CEConfig
+    override.
     """
     _check_inputs(logits, targets, mtp_weights)
     n_rows, n_cols = logits.shape
     losses = torch.empty(n_rows, dtype=torch.float32, device=logits.device)
     grad = torch.empty(n_rows, n_cols, dtype=out_dtype, device=logits.device)
-    config = config or ce_config(logits.device, n_rows, n_cols)
+    assert not (tanh_sigmoid and logits.device.type == "cpu"), "tanh_sigmoid is PTX: CUDA only"
+    config = config or ce_config(logits.device, n_rows, n_cols, tanh_sigmoid)
     _softcapped_ce_fused_kernel[(triton.cdiv(n_rows, config.block_rows),)](
         logits, targets, mtp_weights.contiguous(), losses, grad,
         n_rows, n_cols, logits.stride(0), grad.stride(0),
         DZ_DS=A / (C * grad_scale), **_softcap_constants(A, B, C),
         NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=config.block_rows, BLOCK_V=config.block_v,
         REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal, NUM_STAGES=config.num_stages,
-        num_warps=config.num_warps,
+        TANH=tanh_sigmoid, num_warps=config.num_warps,
     )
     return losses, grad
 
@@ -269,8 +305,11 @@ def softcapped_ce_reference(logits, targets, mtp_weights, A, B, C, grad_scale=1.
 # -----------------------------------------------------------------------------
 # Public op: CUDA -> Triton, CPU -> reference
 
-def softcapped_ce(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16):
+def softcapped_ce(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16,
+                  tanh_sigmoid=False):
     """Per-row MTP losses, fp32 (N,), and the gradient of their sum w.r.t. the logits divided by grad_scale,
-    as out_dtype (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly)."""
-    fn = softcapped_ce_triton if logits.is_cuda else softcapped_ce_reference
-    return fn(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
+    as out_dtype (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly). tanh_sigmoid: the CUDA kernel's
+    sigmoid from tanh.approx (the CPU's reference is exact either way)."""
+    if not logits.is_cuda:
+        return softcapped_ce_reference(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
+    return softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype, tanh_sigmoid)

@@ -27,13 +27,13 @@ DTYPES = [pytest.param(torch.float32, 1e-6, 1e-5, id="fp32"), pytest.param(torch
 FP8_LOSS_TOL, FP8_GRAD_TOL = 1e-2, 0.15
 
 
-def check_head_loss(T, D, V, dtype, fp8, loss_tol, grad_tol):
+def check_head_loss(T, D, V, dtype, fp8, loss_tol, grad_tol, tanh_sigmoid=False):
     torch.manual_seed(T + V)
     x = torch.randn(T, D, device=DEVICE).to(dtype).requires_grad_()  # a normed stream: unit scale
     w = (0.05 * torch.randn(D, V, device=DEVICE)).to(dtype).requires_grad_()  # a trained head's scale: logits ~1
     targets = torch.randint(0, V, (T,), device=DEVICE)
     mtp = torch.tensor([1.0, 0.5, 0.25], device=DEVICE)
-    loss, losses = head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)[:2]
+    loss, losses = head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8, tanh_sigmoid=tanh_sigmoid)[:2]
     (loss * LOSS_SCALE).backward()
 
     ref_x, ref_w = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
@@ -56,8 +56,11 @@ def test_head_loss_op(T, D, V, dtype, loss_tol, grad_tol):
 
 @GPU_ONLY
 @pytest.mark.parametrize("T,D,V", FP8_SHAPES)
-def test_head_loss_op_fp8(T, D, V):
-    check_head_loss(T, D, V, torch.bfloat16, True, FP8_LOSS_TOL, FP8_GRAD_TOL)
+@pytest.mark.parametrize("tanh_sigmoid", [False, True], ids=["exact-sigmoid", "tanh-sigmoid"])
+def test_head_loss_op_fp8(T, D, V, tanh_sigmoid):
+    """The trainer's head: FP8, with the CE's sigmoid exact or from tanh.approx (--fp8_body; its error is ~1e-4 of
+    FP8's)."""
+    check_head_loss(T, D, V, torch.bfloat16, True, FP8_LOSS_TOL, FP8_GRAD_TOL, tanh_sigmoid)
 
 
 def test_losses_use_the_given_soft_cap():
@@ -65,7 +68,7 @@ def test_losses_use_the_given_soft_cap():
     x, w = torch.randn(5, 8, device=DEVICE), torch.randn(8, 11, device=DEVICE)
     targets, mtp = torch.randint(0, 11, (5,), device=DEVICE), torch.tensor([1.0], device=DEVICE)
     for cap in (SOFTCAP, (15.0, 2.0, 3.0)):
-        got = head_loss_op(x, w, targets, mtp, cap, **FP8_SCALES, fp8=False)[1]
+        got = head_loss_op(x, w, targets, mtp, cap, **FP8_SCALES, fp8=False, tanh_sigmoid=False)[1]
         assert rel_error(got, head_loss_reference(x.double(), w.double(), targets, mtp.double(), cap)) < 1e-5
 
 
@@ -78,6 +81,6 @@ def test_saved_tensors_exclude_the_logits(fp8):
     targets, mtp = torch.randint(0, V, (T,), device=DEVICE), torch.tensor([1.0, 0.5], device=DEVICE)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append((tuple(t.shape), t.dtype)) or t, lambda t: t):
-        head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8)
+        head_loss_op(x, w, targets, mtp, SOFTCAP, **FP8_SCALES, fp8=fp8, tanh_sigmoid=False)
     operand, grad = (torch.float8_e4m3fn, torch.float8_e5m2) if fp8 else (torch.bfloat16, torch.bfloat16)
     assert sorted(saved, key=str) == sorted([((T, D), operand), ((D, V), operand), ((T, V), grad)], key=str), saved

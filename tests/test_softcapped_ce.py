@@ -30,6 +30,12 @@ LOSS_ATOL, LOSS_RTOL = 1e-4, 1e-5
 GRAD_DTYPES = [(torch.float32, 2e-5, 1e-4), (torch.float16, 2e-5, 1e-3),
                pytest.param(torch.bfloat16, 2e-5, 8e-3, marks=GPU_ONLY)]
 MTP_WEIGHTS = {1: [1.0], 2: [1.0, 0.5], 3: [1.0, 0.5, 0.25]}
+# tanh_sigmoid's extra error (GPU only): MUFU.TANH is within 1.12e-5 relative of tanh over all fp32 inputs
+# (https://forums.developer.nvidia.com/t/hardware-accelerated-tanh-on-turing/173291). That moves z = (A/2)(1 + th)
+# by (A/2)·TANH_ERR, so a loss (its lse and its targets' z, weights summing to S) by at most A·S·TANH_ERR, and a
+# gradient entry (A/C)(1 - th²)/4·(S·p - w) by (A/C)·S·TANH_ERR·(1 + A/4): (1 - th²)/4 moves by TANH_ERR/2, p by
+# A·TANH_ERR relative
+TANH_ERR = 1.12e-5
 # (reverse_pass2, fma_reciprocal): every kernel variant the config table can pick
 VARIANTS = list(itertools.product([False, True], repeat=2))
 VARIANT_IDS = [f"{'reverse' if r else 'forward'}-{'fma' if f else 'mufu'}" for r, f in VARIANTS]
@@ -43,14 +49,18 @@ def make_inputs(n_rows, n_cols, dtype, mtp_weights, targets=None):
     return logits, targets.to(DEVICE), torch.tensor(mtp_weights, dtype=torch.float32, device=DEVICE)
 
 
-def check_against_reference(logits, targets, weights, grad_dtype, atol, rtol, grad_scale=1.0, config=None):
+def check_against_reference(logits, targets, weights, grad_dtype, atol, rtol, grad_scale=1.0, config=None,
+                            tanh_sigmoid=False):
     losses, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=grad_scale,
-                                        out_dtype=grad_dtype, config=config)
+                                        out_dtype=grad_dtype, tanh_sigmoid=tanh_sigmoid, config=config)
     ref_losses, ref_grad = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=grad_scale,
                                                    out_dtype=torch.float64)
     assert losses.dtype == torch.float32 and grad.dtype == grad_dtype
-    assert_close(losses, ref_losses, LOSS_ATOL, LOSS_RTOL, "losses")
+    (A, _, C), S = SOFTCAP, weights.sum().item()
+    loss_atol = LOSS_ATOL + (A * S * TANH_ERR if tanh_sigmoid else 0.0)
+    assert_close(losses, ref_losses, loss_atol, LOSS_RTOL, "losses")
     # the atol is for gradients of size ~1 (grad_scale 1)
+    atol += A / C * S * TANH_ERR * (1 + A / 4) if tanh_sigmoid else 0.0
     assert_close(grad, ref_grad, atol / grad_scale, rtol, "grad_logits")
 
 
@@ -76,16 +86,37 @@ def test_variants(reverse_pass2, fma_reciprocal, n_rows, n_cols, dtype, block_ro
 
 
 @GPU_ONLY
-@pytest.mark.parametrize("fma_reciprocal", [False, True], ids=["mufu", "fma"])
+@pytest.mark.parametrize("n_rows,n_cols,dtype", [(129, 1000, torch.float32), (2048, 50304, torch.bfloat16)])
+@pytest.mark.parametrize("num_predict,grad_scale", [(1, 1.0), (3, 0.25)])
+@pytest.mark.parametrize("config", [None, CEConfig(4, 128, 4, num_stages=3), CEConfig(1, 256, 4, reverse_pass2=False)],
+                         ids=["table", "r4-v128-s3", "r1-v256-forward"])
+def test_tanh_sigmoid(n_rows, n_cols, dtype, num_predict, grad_scale, config, poison_empty):
+    """The sigmoid from tanh.approx (--fp8_body's CE) against the exact reference, within the bounds its error
+    allows (TANH_ERR), with partial row and column blocks, both pass-2 orders and the training shapes' table."""
+    logits, targets, weights = make_inputs(n_rows, n_cols, dtype, MTP_WEIGHTS[num_predict])
+    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, grad_scale, config, True)
+
+
+def test_tanh_sigmoid_is_gpu_only():
+    logits, targets, weights = make_inputs(3, 37, torch.float32, MTP_WEIGHTS[1])
+    if logits.is_cuda:
+        pytest.skip("the CPU's error")
+    with pytest.raises(AssertionError, match="CUDA only"):
+        softcapped_ce_triton(logits, targets, weights, *SOFTCAP, tanh_sigmoid=True)
+
+
+@GPU_ONLY
+@pytest.mark.parametrize("sigmoid", ["mufu", "fma", "tanh"])
 @pytest.mark.parametrize("n_rows,num_predict", [(129, 3), (2048, 1)])
-def test_e5m2_gradient(fma_reciprocal, n_rows, num_predict, poison_empty):
+def test_e5m2_gradient(sigmoid, n_rows, num_predict, poison_empty):
     """The training output: bf16 logits of the real vocabulary, e5m2 gradients at the model's grad_scale, at most
     one e5m2 step (2 mantissa bits, subnormal below 2^-14) from the fp64 reference rounded to e5m2."""
     grad_scale = 0.75 / 448  # GPTConfig.head_grad_scale
     logits, targets, weights = make_inputs(n_rows, 50304, torch.bfloat16, MTP_WEIGHTS[num_predict])
-    config = ce_config(logits.device, n_rows, 50304)._replace(fma_reciprocal=fma_reciprocal)
+    tanh_sigmoid = sigmoid == "tanh"
+    config = ce_config(logits.device, n_rows, 50304, tanh_sigmoid)._replace(fma_reciprocal=sigmoid == "fma")
     _, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=grad_scale,
-                                   out_dtype=torch.float8_e5m2, config=config)
+                                   out_dtype=torch.float8_e5m2, tanh_sigmoid=tanh_sigmoid, config=config)
     _, ref = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=grad_scale,
                                      out_dtype=torch.float64)
     ref8 = ref.float().to(torch.float8_e5m2).double()
@@ -114,17 +145,19 @@ def test_mtp_edge_cases(reverse_pass2, fma_reciprocal, name, n_rows, n_cols, wei
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # the interpreter's numpy, on purpose
-@pytest.mark.parametrize("fma_reciprocal", [False, True], ids=["mufu", "fma"])
-def test_saturated_and_nan_logits(fma_reciprocal, poison_empty):
+@pytest.mark.parametrize("sigmoid", ["mufu", "fma", pytest.param("tanh", marks=GPU_ONLY)])
+def test_saturated_and_nan_logits(sigmoid, poison_empty):
     """Logits far past the cap (sigmoid 0 or 1, inf included) give finite losses and gradients; a NaN logit
     makes its row's loss NaN, so a training run's non-finite check still sees it."""
     logits, targets, weights = make_inputs(6, 37, torch.float32, MTP_WEIGHTS[2])
     logits[0, :9] = torch.tensor([-1e4, -700.0, -650.0, 700.0, 1e4, float("-inf"), float("inf"), -1e38, 3e38])
     logits[1, targets[1]] = -1e4  # a target whose sigmoid is 0: loss = lse
-    config = ce_config(logits.device, 6, 37)._replace(fma_reciprocal=fma_reciprocal)
-    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
+    tanh_sigmoid = sigmoid == "tanh"
+    config = ce_config(logits.device, 6, 37)._replace(fma_reciprocal=sigmoid == "fma")
+    check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config,
+                            tanh_sigmoid=tanh_sigmoid)
     logits[4, 20] = float("nan")
-    losses, _ = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, config=config)
+    losses, _ = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, tanh_sigmoid=tanh_sigmoid, config=config)
     assert losses[4].isnan() and torch.isfinite(losses[torch.arange(6) != 4]).all(), losses
 
 

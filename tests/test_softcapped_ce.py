@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+import kernels.softcapped_ce as softcapped_ce_module
 from kernels.softcapped_ce import (
     CEConfig, _reciprocal_fma, ce_config, softcapped_ce_forward_reference, softcapped_ce_reference,
     softcapped_ce_triton,
@@ -97,14 +98,6 @@ def test_tanh_sigmoid(n_rows, n_cols, dtype, num_predict, grad_scale, config, po
     check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, grad_scale, config, True)
 
 
-def test_tanh_sigmoid_is_gpu_only():
-    logits, targets, weights = make_inputs(3, 37, torch.float32, MTP_WEIGHTS[1])
-    if logits.is_cuda:
-        pytest.skip("the CPU's error")
-    with pytest.raises(AssertionError, match="CUDA only"):
-        softcapped_ce_triton(logits, targets, weights, *SOFTCAP, tanh_sigmoid=True)
-
-
 @GPU_ONLY
 @pytest.mark.parametrize("sigmoid", ["mufu", "fma", "tanh"])
 @pytest.mark.parametrize("n_rows,num_predict", [(129, 3), (2048, 1)])
@@ -142,6 +135,32 @@ def test_mtp_edge_cases(reverse_pass2, fma_reciprocal, name, n_rows, n_cols, wei
     config = ce_config(logits.device, n_rows, n_cols)._replace(reverse_pass2=reverse_pass2,
                                                              fma_reciprocal=fma_reciprocal)
     check_against_reference(logits, targets, weights, torch.float32, 2e-5, 1e-4, config=config)
+
+
+@triton.jit
+def _tanh_exact(x):
+    return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0  # +-inf give +-1, as tanh.approx does
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # the stand-in at -inf, on purpose
+@pytest.mark.parametrize("config", [CEConfig(4, 128, 4, num_stages=3), CEConfig(1, 256, 4, reverse_pass2=False)],
+                         ids=["r4-v128-s3", "r1-v256-forward"])
+@pytest.mark.parametrize("name,n_rows,n_cols,weights,targets", EDGE_CASES[:1] + EDGE_CASES[3:] + [
+    ("random", 129, 1000, [1.0, 0.5, 0.25], None)], ids=lambda v: v if isinstance(v, str) else None)
+def test_tanh_sigmoid_algebra(config, name, n_rows, n_cols, weights, targets, monkeypatch, poison_empty):
+    """tanh_sigmoid's rewriting of z, exp(z - A) and s(1 - s) through th, with an exact tanh in place of the PTX
+    instruction (which the interpreter cannot run; the GPU tests above run it): the exact reference's results."""
+    if DEVICE != "cpu":
+        pytest.skip("the interpreter's stand-in for tanh.approx; the GPU runs the instruction itself")
+    monkeypatch.setattr(softcapped_ce_module, "_tanh_approx", _tanh_exact)
+    logits, targets, weights = make_inputs(n_rows, n_cols, torch.float32, weights, targets)
+    logits[0, :3] = torch.tensor([float("-inf"), float("inf"), -1e4])
+    losses, grad = softcapped_ce_triton(logits, targets, weights, *SOFTCAP, grad_scale=0.5, out_dtype=torch.float32,
+                                        tanh_sigmoid=True, config=config)
+    ref_losses, ref_grad = softcapped_ce_reference(logits.double(), targets, weights, *SOFTCAP, grad_scale=0.5,
+                                                   out_dtype=torch.float64)
+    assert_close(losses, ref_losses, LOSS_ATOL, LOSS_RTOL, "losses")
+    assert_close(grad, ref_grad, 2e-5 / 0.5, 1e-4, "grad_logits")
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp2")  # the interpreter's numpy, on purpose

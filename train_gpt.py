@@ -62,7 +62,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_body: bool = True  # CUDA: FP8 QKV fwd, MLP but dW (down, bwd: model_dim % 128 == 0), tanh.approx CE sigmoid; False: exact
+    fp8_body: bool = True  # CUDA: FP8 QKV forward, MLP but dW; tanh.approx CE sigmoid (False: exact math)
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -625,12 +625,12 @@ class GPT(nn.Module):
 
 
 def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
-    cuda = rt.device.type == "cuda"
+    fast = (cuda := rt.device.type == "cuda") and hp.fp8_body  # --fp8_body's numerics
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
-                     attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda,
-                     fp8_mlp=hp.fp8_body and cuda, fp8_mlp_blocks=hp.fp8_body and cuda and hp.model_dim % 128 == 0,
-                     fp8_qkv=hp.fp8_body and cuda, tanh_sigmoid=hp.fp8_body and cuda, loss_scale=1 / rt.grad_accum_steps)
+                     attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda, fp8_mlp=fast,
+                     fp8_mlp_blocks=fast and hp.model_dim % 128 == 0, fp8_qkv=fast, tanh_sigmoid=fast,
+                     loss_scale=1 / rt.grad_accum_steps)
 
 
 def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:

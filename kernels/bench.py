@@ -278,7 +278,7 @@ def sweep_softcapped_ce(peaks: Peaks):
     for (n_rows, num_predict), tanh_sigmoid in itertools.product(CE_CASES, (False, True)):
         fused, _, nbytes = _ce_case(n_rows, num_predict)
         table = ce_config(torch.device(DEVICE), n_rows, CE_VOCAB, tanh_sigmoid)
-        candidates = [c for c in CE_CANDIDATES if c.fma_reciprocal or not tanh_sigmoid]  # tanh: no reciprocal
+        candidates = [c for c in CE_CANDIDATES if not (tanh_sigmoid and c.fma_reciprocal)]  # tanh: no reciprocal
         timings = sorted((time_ms(lambda: fused(config, tanh_sigmoid), rep_ms=40), config) for config in candidates)
         for rank, (ms, config) in enumerate(timings):
             if rank < CE_SWEEP_SHOWN or config == table:

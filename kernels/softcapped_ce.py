@@ -44,11 +44,12 @@ Kernel notes:
   8 warps) passes 1 and 2 issue 16.4 and 19.1 instructions per logit with it, 14.5 and 17.1 without. The
   fused kernel gains little from it: 3.99 ms against 4.02 with MUFU.RCP (H100, N=49152, BLOCK_V 2048, reverse
   pass 2).
-- tanh_sigmoid (the trainer's --fp8_body numerics): s = (1 + tanh((x + B)/(2C)))/2 by one MUFU.TANH (PTX
-  tanh.approx.f32, max relative error 1.1e-5), so exp(z - A) = exp2((A/2)·log2(e)·(th - 1)) and s(1 - s) = (1 -
-  th²)/4 follow from th in one FMA each: 2 MUFU ops per logit and pass, and ~7 fewer instructions than the FMA
-  reciprocal. The losses move by ~1e-4 and the gradient by ~1e-5 of its largest entry (bf16 logits carry 4e-3).
-  H100: 3.64 against 3.93 ms at N=49152, 1.22 against 1.31 at N=16384 (records/kernels/2026-11-27_ce-tanh-sigmoid).
+- tanh_sigmoid (the trainer's --fp8_body numerics): s = (1 + th)/2 with th = tanh((x + B)/(2C)) by one MUFU.TANH
+  (PTX tanh.approx.f32: relative error at most 2^-11 by the PTX ISA, 1.12e-5 as measured over all fp32 inputs), so
+  exp(z - A) = exp2((A/2)·log2(e)·(th - 1)) and s(1 - s) = (1 - th²)/4 follow from th in one FMA each: 2 MUFU ops
+  per logit and pass, and fewer FMA-pipe instructions than the FMA reciprocal's. On an H100 the losses moved by up
+  to 9.1e-5 and the gradient by 1.1e-5 of its largest entry (bf16 logits carry 4e-3); 3.63 against 3.96 ms at
+  N=49152, 1.22 against 1.31 at N=16384 (means of two runs; records/kernels/2026-11-27_ce-tanh-sigmoid).
 - A, B, C and grad_scale are compile-time constants. Passed as runtime Python floats they can reach
   the kernel as fp64 (the Triton 3.6 failure of the original kernel); as constexprs the compiler folds
   them into fp32 constants, e.g. (x + B)/C and the log2(e) factor of exp2 become one FMA.
@@ -96,8 +97,14 @@ def _softcap_sigmoid(x, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, FMA_RECIPR
 
 @triton.jit
 def _tanh_approx(x):
-    """tanh of fp32 x by one MUFU.TANH (PTX tanh.approx.f32)."""
+    """tanh of fp32 x by one MUFU.TANH (PTX tanh.approx.f32; -inf and inf give -1 and 1, NaN gives NaN)."""
     return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _softcap_tanh(x, H_SCALE: tl.constexpr, H_SHIFT: tl.constexpr):
+    """th = tanh((x + B)/(2C)) for fp32 x, so that sigmoid((x + B)/C) = (1 + th)/2."""
+    return _tanh_approx(x * H_SCALE + H_SHIFT)
 
 
 @triton.jit
@@ -108,7 +115,7 @@ def _softcapped_ce_fused_kernel(
     A: tl.constexpr, A_LOG2E: tl.constexpr, X_SCALE: tl.constexpr, X_SHIFT: tl.constexpr, DZ_DS: tl.constexpr,
     NUM_PREDICT: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_V: tl.constexpr,
     REVERSE_PASS2: tl.constexpr, FMA_RECIPROCAL: tl.constexpr, NUM_STAGES: tl.constexpr,
-    TANH: tl.constexpr, H_SCALE: tl.constexpr, H_SHIFT: tl.constexpr, HALF_A_LOG2E: tl.constexpr,
+    TANH_SIGMOID: tl.constexpr, H_SCALE: tl.constexpr, H_SHIFT: tl.constexpr, HALF_A_LOG2E: tl.constexpr,
 ):
     out_dtype = grad_ptr.dtype.element_ty
     n_blocks = tl.cdiv(n_cols, BLOCK_V)  # column blocks per row
@@ -126,8 +133,8 @@ def _softcapped_ce_fused_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         mask = row_ok[:, None] & (cols < n_cols)[None, :]
         x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(tl.float32)
-        if TANH:  # z - A = (A/2)(th - 1), th = tanh((x + B)/(2C)); -inf gives th = -1, as s = 0 does
-            acc += tl.exp2(_tanh_approx(x * H_SCALE + H_SHIFT) * HALF_A_LOG2E - HALF_A_LOG2E)
+        if TANH_SIGMOID:  # z - A = (A/2)(th - 1); -inf gives th = -1, as it gives s = 0 above
+            acc += tl.exp2(_softcap_tanh(x, H_SCALE, H_SHIFT) * HALF_A_LOG2E - HALF_A_LOG2E)
         else:
             s = _softcap_sigmoid(x, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
             acc += tl.exp2(s * A_LOG2E - A_LOG2E)
@@ -140,8 +147,8 @@ def _softcapped_ce_fused_kernel(
         weight = tl.load(weights_ptr + k)
         target = tl.load(targets_ptr + rows + k, mask=has_target, other=0)
         x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
-        if TANH:
-            z_target = 0.5 * A * (1.0 + _tanh_approx(x_target * H_SCALE + H_SHIFT))
+        if TANH_SIGMOID:
+            z_target = 0.5 * A * (1.0 + _softcap_tanh(x_target, H_SCALE, H_SHIFT))
         else:
             z_target = A * _softcap_sigmoid(x_target, X_SCALE, X_SHIFT, FMA_RECIPROCAL)
         loss += tl.where(has_target, weight * (lse - z_target), 0.0)
@@ -156,8 +163,8 @@ def _softcapped_ce_fused_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         mask = row_ok[:, None] & (cols < n_cols)[None, :]
         x = tl.load(logits_row_ptrs[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if TANH:  # s(1 - s) = (1 - th²)/4
-            th = _tanh_approx(x * H_SCALE + H_SHIFT)
+        if TANH_SIGMOID:  # s(1 - s) = (1 - th²)/4
+            th = _softcap_tanh(x, H_SCALE, H_SHIFT)
             p = tl.exp2(th * HALF_A_LOG2E + (HALF_A_LOG2E - lse_log2e)[:, None])
             grad = (1.0 - th * th) * (0.25 * row_scale)[:, None] * p
         else:
@@ -176,8 +183,8 @@ def _softcapped_ce_fused_kernel(
             other = tl.load(targets_ptr + rows + j, mask=row_ok & (rows + j < n_rows), other=-1)
             hit += tl.where(other == target, tl.load(weights_ptr + j), 0.0)
         x_target = tl.load(logits_row_ptrs + target, mask=has_target, other=0.0).to(tl.float32)
-        if TANH:
-            th = _tanh_approx(x_target * H_SCALE + H_SHIFT)
+        if TANH_SIGMOID:
+            th = _softcap_tanh(x_target, H_SCALE, H_SHIFT)
             p = tl.exp2(th * HALF_A_LOG2E + (HALF_A_LOG2E - lse_log2e))
             grad = (1.0 - th * th) * (0.25 * DZ_DS) * (weight_sum * p - hit)
         else:
@@ -208,11 +215,11 @@ class CEConfig(NamedTuple):
 #   r1 v2048 w8: forward mufu 4.16, forward fma 4.13, reverse mufu 4.02, reverse fma 3.99, reverse fma s3 3.93
 #   r1 v1024 w4 reverse fma: 4.11;  r2 v2048 w8 reverse fma: 4.07
 #   persistent grids of 2 or 4 programs per SM (an option since removed): 19-61% slower than one per row block
-# With tanh_sigmoid, at N=49152 (fma_reciprocal unused; table 3.93 without): r1 v8192 w16 3.64 ms (fastest; 1.22 at
-# N=16384), v4096 w16 3.72, v2048 w8 3.95, v4096 w8 4.13, v16384 w32 4.50; with ex2.approx.ftz for exp2 too, v8192
-# w16 3.62 and w32 3.59 (1.20 at N=16384): not adopted, within run-to-run noise.
+# With tanh_sigmoid, at N=49152 (no reciprocal; the table's exact config 3.96 there, mean of two runs): r1 v8192 w16
+# 3.63 ms (fastest, mean of two; 1.22 at N=16384), v4096 w16 3.72, v2048 w8 3.95, v4096 w8 4.13, v16384 w32 4.50;
+# with ex2.approx.ftz for exp2 too, v8192 w16 3.62 and w32 3.59 (1.20 at N=16384): within run-to-run spread.
 _SM90_CE = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
-_SM90_CE_TANH = CEConfig(1, 8192, 16, reverse_pass2=True, num_stages=1)
+_SM90_CE_TANH = CEConfig(1, 8192, 16, reverse_pass2=True, fma_reciprocal=False, num_stages=1)
 CE_CONFIGS = {SM90: {(n, 50304, tanh): _SM90_CE_TANH if tanh else _SM90_CE
                      for n in (16384, 32768, 49152) for tanh in (False, True)}}
 
@@ -262,8 +269,8 @@ def softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, 
         n_rows, n_cols, logits.stride(0), grad.stride(0),
         DZ_DS=A / (C * grad_scale), **_softcap_constants(A, B, C),
         NUM_PREDICT=mtp_weights.numel(), BLOCK_ROWS=config.block_rows, BLOCK_V=config.block_v,
-        REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal, NUM_STAGES=config.num_stages,
-        TANH=tanh_sigmoid, num_warps=config.num_warps,
+        REVERSE_PASS2=config.reverse_pass2, FMA_RECIPROCAL=config.fma_reciprocal and not tanh_sigmoid,
+        NUM_STAGES=config.num_stages, TANH_SIGMOID=tanh_sigmoid, num_warps=config.num_warps,
     )
     return losses, grad
 

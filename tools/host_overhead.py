@@ -50,8 +50,8 @@ def main(argv=None):
         "varlen_attn": lambda: varlen_attn(q, q, q, cu, cu, T, T, scale=0.1, window_size=(128, 0)),
         "transpose_copy (256, 768)": lambda: transpose_copy(x, torch.empty(D, T, device=dev, dtype=bf16)),
         "head_loss_op (FP8)": lambda: tg.head_loss_op(x, head, targets, mtp, defaults.logit_cap, defaults.head_x_scale,
-                                                      defaults.head_w_scale, defaults.head_grad_scale, True,
-                                                      True),
+                                                      defaults.head_w_scale, defaults.head_grad_scale, fp8=True,
+                                                      tanh_sigmoid=True),
     }
     print(f"{'host us/call':>12}  {'with GPU':>9}  op")
     for name, fn in cases.items():

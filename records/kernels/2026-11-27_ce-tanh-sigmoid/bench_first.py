@@ -14,7 +14,7 @@ for K in (1, 3):
     w = torch.tensor([1.0, 0.5, 0.25][:K], device='cuda')
     rl, rg = softcapped_ce_reference(x.double(), t, w.double(), A, B, C, out_dtype=torch.float64)
     for tanh in (False, True):
-        l, g = softcapped_ce_triton(x, t, w, A, B, C, out_dtype=torch.float32, tanh=tanh)
+        l, g = softcapped_ce_triton(x, t, w, A, B, C, out_dtype=torch.float32, tanh_sigmoid=tanh)
         dl = (l.double() - rl); dg = (g.double() - rg)
         print(f"K={K} tanh={tanh}: loss max|d| {dl.abs().max():.2e} mean d {dl.mean():+.2e} (loss mean {rl.mean():.3f}); "
               f"grad max|d| {dg.abs().max():.2e} rel {dg.abs().max()/rg.abs().max():.2e} mean|d| {dg.abs().mean():.2e}", flush=True)
@@ -28,7 +28,7 @@ for n in (16384, 32768, 49152):
     for name, cfg, tanh in [("main r1 v4096 w16", _SM90_CE, False), ("tanh r1 v4096 w16", _SM90_CE, True),
                             ("tanh r1 v2048 w8", CEConfig(1, 2048, 8), True), ("tanh r1 v8192 w16", CEConfig(1, 8192, 16), True),
                             ("tanh r1 v4096 w8", CEConfig(1, 4096, 8), True), ("main again", _SM90_CE, False)]:
-        f = lambda: softcapped_ce_triton(x, t, w, A, B, C, out_dtype=torch.float8_e5m2, config=cfg, tanh=tanh)
+        f = lambda: softcapped_ce_triton(x, t, w, A, B, C, out_dtype=torch.float8_e5m2, config=cfg, tanh_sigmoid=tanh)
         f(); torch.cuda.synchronize()
         ms = sorted(do_bench(f, warmup=25, rep=200, return_mode="all"))
         res.append(f"{name}: {ms[len(ms)//2]:.3f}")

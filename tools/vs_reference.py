@@ -18,12 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
 from tools import cli  # noqa: E402
+from tools.ab import PEAK, STARTUP  # noqa: E402
 from tools.plot import parse_log  # noqa: E402
 
 CONFIG = re.compile(r"^config: (.*)$", re.M)
 SETTING = re.compile(r"\b(\w+)=('[^']*'|\S+?)(?:,|$)")
-STARTUP = re.compile(r"^startup: ([\d.]+)s", re.M)
-PEAK = re.compile(r"^peak memory allocated: (\d+) MiB", re.M)
 KIND = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 

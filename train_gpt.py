@@ -26,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from data.shards import DataError, find_shards
+from harness import compile_helpers
 from harness.settings import parse_args
 
 # -----------------------------------------------------------------------------
@@ -191,8 +192,8 @@ def check_files(hp: Hyperparameters):
     find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
 
 
-if __name__ == "__main__":  # --help, --check and setting errors answer at once, before the heavy imports below
-    parse_args(sys.argv[1:], Hyperparameters, validate, check_files)
+if __name__ == "__main__":  # --help, --check, setting errors: at once; compile helpers: beside the heavy imports below
+    compile_helpers.spawn(parse_args(sys.argv[1:], Hyperparameters, validate, check_files)[0], __file__, sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -201,7 +202,6 @@ import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
-from harness import compile_helpers  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, exit_with_one_line  # noqa: E402
 from harness.launch import form_group, read_launch  # noqa: E402
@@ -1652,7 +1652,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     configure_torch()
-    helpers = compile_helpers.start(hp, __file__, argv)  # first: they start up while this process does
+    helpers = compile_helpers.attach(hp, __file__, argv)  # spawned above when this file runs as a script
     rt = setup_runtime(hp)
     if compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
         schedule = Schedule(hp)

@@ -12,7 +12,12 @@ settings run again with ROLE in their environment, fill the shared Inductor and 
 Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
 costs the run at most the bounded wait, and it compiles what it does not find. With warm caches the backward helper
 finds its graphs and exits after one micro-batch. Both are stopped before the first timed step, and when the run exits.
-The hooks are two functions of AOTAutograd's (torch 2.11-2.13); where they are missing no helper starts.
+
+The backward helper's trace and compile are a cold start's critical path (records/enwiki-124/2026-11-27_cold-start-
+profile-helpers), so the run spawns the helpers before its own imports (`spawn`, torch-free: this module imports
+torch only where it is used), and their imports overlap its own; after them it hooks its backward compile
+(`attach`), or stops the helpers where CUDA or the hooks, two functions of AOTAutograd's (torch 2.11-2.13), are
+missing.
 """
 import atexit
 import contextlib
@@ -26,33 +31,52 @@ import sys
 import tempfile
 import time
 
-import torch
-from torch._functorch._aot_autograd import graph_compile
-
 from harness.launch import read_launch
 
 ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
 BACKWARD_WAIT_S = 180.0  # the run waits this long at most for the backward helper (a cold backward: 20-30 s)
 HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
+NVIDIA_DEVICE = "/dev/nvidiactl"  # where an NVIDIA GPU can work, before torch is there to ask
+_spawned: "CompileHelpers | None" = None  # spawn()'s, for attach()
 
 
 def role() -> str:
     return os.environ.get(ROLE, "").split(":")[0]
 
 
-def start(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
-    """The helpers, where they can help: a compiled CUDA run with a warm-up, not resumed (its settings may come from
-    the checkpoint), not itself a helper."""
-    if (role() or not (settings.compile_helpers and settings.compile and settings.warmup) or settings.resume
-            or settings.device == "cpu" or not torch.cuda.is_available()
-            or not all(hasattr(graph_compile, name) for name in HOOKS)):
+def wanted(settings) -> bool:
+    """Where helpers can help: a compiled GPU run with a warm-up, not resumed (its settings may come from the
+    checkpoint), not itself a helper."""
+    return (not role() and settings.compile_helpers and settings.compile and settings.warmup and not settings.resume
+            and settings.device != "cpu")
+
+
+def spawn(settings, script: str, argv: list[str]):
+    """Before the run imports torch: the helpers, where they can help, on a machine with an NVIDIA GPU."""
+    global _spawned
+    if _spawned is None and wanted(settings) and os.path.exists(NVIDIA_DEVICE):
+        _spawned = CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+
+
+def attach(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
+    """After the run's imports: spawn()'s helpers (else new ones), hooked to its backward compile; None, and any
+    spawned helpers stopped, where they cannot help (no CUDA, no hooks)."""
+    import torch
+    from torch._functorch._aot_autograd import graph_compile
+    global _spawned
+    if not (wanted(settings) and torch.cuda.is_available() and all(hasattr(graph_compile, h) for h in HOOKS)):
+        if _spawned:
+            _spawned, _ = None, _spawned.stop()
         return None
-    return CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+    helpers = _spawned or CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+    helpers.hook()
+    return helpers
 
 
 class CompileHelpers:
     """Starts both helpers on this process's GPU (LOCAL_RANK stays; RANK and WORLD_SIZE go, so a helper joins no
-    process group and runs as rank 0 of an emulated world of the same size) and hooks the run's backward compile."""
+    process group and runs as rank 0 of an emulated world of the same size); hook() makes the run's backward compile
+    wait for the backward helper."""
 
     def __init__(self, script: str, argv: list[str], world_size: int, emulated: bool):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
@@ -66,7 +90,10 @@ class CompileHelpers:
                                              stderr=self.errors[name], start_new_session=True)
                       for name, more in extra.items()}
         atexit.register(self.stop)
-        self.waited = None
+        self.waited = self.compile_backward = None  # the hook's wait; AOTAutograd's function it replaces
+
+    def hook(self):
+        from torch._functorch._aot_autograd import graph_compile
         self.compile_backward = graph_compile._aot_stage2b_bw_compile
 
         def wait_then_compile(*args, **kwargs):  # the run's first backward compile is the model's
@@ -85,7 +112,11 @@ class CompileHelpers:
         the log; "" once they are stopped (atexit calls it again)."""
         if not self.procs:
             return ""
-        graph_compile._aot_stage2b_bw_compile = self.compile_backward  # unused if the caches were warm
+        hooked = self.compile_backward is not None  # else the run ended before its imports did
+        if hooked:
+            import torch
+            from torch._functorch._aot_autograd import graph_compile
+            graph_compile._aot_stage2b_bw_compile = self.compile_backward  # unused if the caches were warm
         states = []
         for name, proc in self.procs.items():
             code = proc.poll()  # a helper that exited is reaped: its pid, and group, may be another's by now
@@ -94,6 +125,8 @@ class CompileHelpers:
                 proc.wait()
             states.append(f"{name} {'stopped' if code is None else f'exited {code}'}{self._last_error(name, code)}")
         self.procs = {}
+        if not hooked:
+            return ""
         hits = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
         waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
         return f"compile helpers: {', '.join(states)}{waited}; {hits} graphs came from Inductor's cache"
@@ -126,6 +159,7 @@ def serve(trainer) -> int:
     if os.getppid() != int(os.environ[ROLE].split(":")[1]):
         return 1
     gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
+    from torch._functorch._aot_autograd import graph_compile
     if role() == "backward":
         compile_backward = graph_compile._aot_stage2b_bw_compile
 

@@ -7,8 +7,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import torch.distributed as dist
-
 from harness.files import stderr_line
 
 HOW = "launch with torchrun --standalone --nproc_per_node=N train_gpt.py (it sets them), or unset them for one process"
@@ -50,6 +48,7 @@ def read_launch(environ=os.environ) -> Launch:
 def form_group(launch: Launch, backend: str, device, timeout_s: float):
     """Join the other processes, waiting at most timeout_s for them (also the limit of every collective later).
     While this blocks inside C++, Python's signal handlers cannot run: SIGINT and SIGTERM end the process at once."""
+    import torch.distributed as dist  # here: read_launch() runs before train_gpt.py imports torch
     handlers = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         dist.init_process_group(backend=backend, device_id=device, timeout=datetime.timedelta(seconds=timeout_s))

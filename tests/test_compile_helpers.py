@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
 from tests.utils import REPO
@@ -25,49 +26,89 @@ def wanted(**changes) -> SimpleNamespace:
                                      emulate_world_size=0), **changes})
 
 
-@pytest.mark.parametrize("changes", [dict(compile_helpers=False), dict(compile=False), dict(warmup=False),
-                                     dict(resume="run_checkpoint_rank0.pt"), dict(device="cpu")])
-def test_no_helpers_where_they_cannot_help(changes, monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(compile_helpers, "CompileHelpers", lambda *args: pytest.fail("a helper started"))
-    assert compile_helpers.start(wanted(**changes), "train_gpt.py", []) is None
-
-
-def test_no_helpers_without_cuda_or_inside_a_helper(monkeypatch):
-    monkeypatch.setattr(compile_helpers, "CompileHelpers", lambda *args: pytest.fail("a helper started"))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert compile_helpers.start(wanted(), "train_gpt.py", []) is None
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setenv(compile_helpers.ROLE, "backward")
-    assert compile_helpers.start(wanted(), "train_gpt.py", []) is None
-
-
-@pytest.mark.parametrize("emulated", [False, True])
-def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, monkeypatch):
-    """Under torchrun a helper drops RANK and WORLD_SIZE (it joins no process group), keeps LOCAL_RANK (this rank's
-    GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles (an
-    emulated run's flags already say it)."""
+class Popen:
+    """Records the helpers a test starts instead of starting them."""
     started = []
 
-    class Popen:
-        def __init__(self, cmd, env, **kwargs):
-            started.append((cmd, env, kwargs))
-            self.pid = 0
+    def __init__(self, cmd, env, **kwargs):
+        Popen.started.append((cmd, env, kwargs))
+        self.pid, self.code = 0, 0
+
+    def poll(self):
+        return self.code
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch, tmp_path):
+    """A machine where helpers can start: an NVIDIA device file, CUDA, helpers recorded by Popen, none spawned yet."""
+    (tmp_path / "nvidiactl").touch()
+    monkeypatch.setattr(compile_helpers, "NVIDIA_DEVICE", str(tmp_path / "nvidiactl"))
+    monkeypatch.setattr(compile_helpers, "_spawned", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(compile_helpers.subprocess, "Popen", Popen)
     monkeypatch.setattr(compile_helpers.atexit, "register", lambda fn: None)
-    monkeypatch.setattr(compile_helpers.graph_compile, "_aot_stage2b_bw_compile",
-                        compile_helpers.graph_compile._aot_stage2b_bw_compile)  # restored after the test
-    monkeypatch.setenv("RANK", "0" if emulated else "3")
-    monkeypatch.setenv("WORLD_SIZE", "1" if emulated else "8")
-    monkeypatch.setenv("LOCAL_RANK", "3")
-    monkeypatch.setenv("MASTER_ADDR", "localhost")
-    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setattr(graph_compile, "_aot_stage2b_bw_compile", graph_compile._aot_stage2b_bw_compile)  # restored
+    Popen.started = []
+    return monkeypatch
+
+
+@pytest.mark.parametrize("changes", [dict(compile_helpers=False), dict(compile=False), dict(warmup=False),
+                                     dict(resume="run_checkpoint_rank0.pt"), dict(device="cpu")])
+def test_no_helpers_where_they_cannot_help(changes, gpu_machine):
+    compile_helpers.spawn(wanted(**changes), "train_gpt.py", [])
+    assert compile_helpers.attach(wanted(**changes), "train_gpt.py", []) is None and Popen.started == []
+
+
+def test_no_helpers_without_a_gpu_or_inside_a_helper(gpu_machine, tmp_path):
+    gpu_machine.setattr(compile_helpers, "NVIDIA_DEVICE", str(tmp_path / "absent"))
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])
+    gpu_machine.setattr(torch.cuda, "is_available", lambda: False)
+    assert compile_helpers.attach(wanted(), "train_gpt.py", []) is None and Popen.started == []
+    gpu_machine.setattr(torch.cuda, "is_available", lambda: True)
+    gpu_machine.setenv(compile_helpers.ROLE, "backward")
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])
+    assert compile_helpers.attach(wanted(), "train_gpt.py", []) is None and Popen.started == []
+
+
+def test_attach_hooks_the_spawned_helpers_or_stops_them_without_cuda(gpu_machine):
+    hook = graph_compile._aot_stage2b_bw_compile
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])
+    assert len(Popen.started) == 2 and graph_compile._aot_stage2b_bw_compile is hook  # not hooked before torch
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])  # once
+    helpers = compile_helpers.attach(wanted(), "train_gpt.py", [])
+    assert helpers is not None and len(Popen.started) == 2 and graph_compile._aot_stage2b_bw_compile is not hook
+    gpu_machine.setattr(compile_helpers, "_spawned", None)
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])
+    spawned = compile_helpers._spawned
+    gpu_machine.setattr(torch.cuda, "is_available", lambda: False)  # a device file, but no CUDA for torch
+    assert compile_helpers.attach(wanted(), "train_gpt.py", []) is None
+    assert spawned.procs == {} and compile_helpers._spawned is None  # stopped
+    gpu_machine.setattr(torch.cuda, "is_available", lambda: True)
+    assert compile_helpers.attach(wanted(), "train_gpt.py", []) is not None and len(Popen.started) == 6  # no spawn
+
+
+def test_spawning_imports_no_torch():
+    """The run spawns its helpers before it imports torch, so that their imports overlap its own."""
+    code = "import sys; from harness import compile_helpers; print(sorted(m for m in sys.modules if 'torch' in m))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("emulated", [False, True])
+def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, gpu_machine):
+    """Under torchrun a helper drops RANK and WORLD_SIZE (it joins no process group), keeps LOCAL_RANK (this rank's
+    GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles (an
+    emulated run's flags already say it)."""
+    gpu_machine.setenv("RANK", "0" if emulated else "3")
+    gpu_machine.setenv("WORLD_SIZE", "1" if emulated else "8")
+    gpu_machine.setenv("LOCAL_RANK", "3")
+    gpu_machine.setenv("MASTER_ADDR", "localhost")
+    gpu_machine.setenv("MASTER_PORT", "29500")
     flags = ["--seed", "1", "--emulate_world_size", "8"] if emulated else ["--seed", "1"]
-    helpers = compile_helpers.start(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags)
-    roles = [env[compile_helpers.ROLE] for _, env, _ in started]
-    assert helpers is not None and roles == [f"backward:{os.getpid()}", f"optimizer:{os.getpid()}"]
-    for cmd, env, kwargs in started:
+    compile_helpers.spawn(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags)
+    roles = [env[compile_helpers.ROLE] for _, env, _ in Popen.started]
+    assert roles == [f"backward:{os.getpid()}", f"optimizer:{os.getpid()}"]
+    for cmd, env, kwargs in Popen.started:
         assert cmd[1:] == ["train_gpt.py", "--seed", "1", "--emulate_world_size", "8"]
         assert "RANK" not in env and "WORLD_SIZE" not in env and env["LOCAL_RANK"] == "3"
         assert kwargs["start_new_session"]  # stop() ends each helper's whole process group
@@ -96,9 +137,10 @@ def gone(pid: int) -> bool:
 def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(tmp_path):
     script, pid_file = tmp_path / "helper.py", tmp_path / "child.pid"
     script.write_text(SLOW_OR_FAILING.format(repo=str(REPO), pid_file=str(pid_file)))
-    hook = compile_helpers.graph_compile._aot_stage2b_bw_compile
+    hook = graph_compile._aot_stage2b_bw_compile
     helpers = compile_helpers.CompileHelpers(str(script), [], 1, False)
-    assert compile_helpers.graph_compile._aot_stage2b_bw_compile is not hook  # the run's backward waits
+    helpers.hook()
+    assert graph_compile._aot_stage2b_bw_compile is not hook  # the run's backward waits
     deadline = time.time() + 60
     while not (pid_file.exists() and pid_file.read_text()) or helpers.procs["optimizer"].poll() is None:
         assert time.time() < deadline, "the helpers did not start"
@@ -106,7 +148,7 @@ def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(t
     child = int(pid_file.read_text())
     line = helpers.stop()
     assert line.startswith("compile helpers: backward stopped, optimizer exited 1 (error: a helper's last words); "), line
-    assert compile_helpers.graph_compile._aot_stage2b_bw_compile is hook
+    assert graph_compile._aot_stage2b_bw_compile is hook
     deadline = time.time() + 10
     while not gone(child):
         assert time.time() < deadline, "the helper's child outlived stop()"
@@ -153,6 +195,7 @@ TOY = textwrap.dedent("""
     if compile_helpers.role():
         sys.exit(compile_helpers.serve(Trainer()))
     helpers = compile_helpers.CompileHelpers(__file__, [], 1, False)
+    helpers.hook()
     trainer = Trainer()
     loss = trainer.forward_backward(None, None)
     w = trainer.w.detach().requires_grad_()

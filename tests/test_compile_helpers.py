@@ -220,3 +220,39 @@ def test_the_run_finds_the_backward_the_helper_compiled(tmp_path):
     line = done.stdout.strip().splitlines()[-1]
     assert line.startswith("compile helpers: backward exited 0, optimizer exited 0; the run waited"), line
     assert line.endswith("; 1 graphs came from Inductor's cache"), line  # the backward (the forward compiled here)
+
+
+SCRIPT_RUN = textwrap.dedent("""
+    import os, runpy, subprocess, sys
+    exists = os.path.exists
+    os.path.exists = lambda path: path == "/dev/nvidiactl" or exists(path)  # a GPU machine, as far as spawn() can tell
+
+    class Popen(subprocess.Popen):  # the helpers' pids, for the test
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            with open({pids!r}, "a") as f:
+                f.write(f"{{self.pid}}\\n")
+    subprocess.Popen = Popen
+    sys.argv = [{script!r}, *sys.argv[1:]]
+    sys.path.insert(0, os.path.dirname({script!r}))  # as `python3 train_gpt.py` has it
+    runpy.run_path({script!r}, run_name="__main__")
+""")
+
+
+def test_a_script_run_spawns_its_helpers_first_and_stops_them_where_torch_has_no_cuda(tmp_path):
+    """train_gpt.py run as a script spawns the helpers before its imports (attach() would start none without CUDA,
+    so both come from spawn()); after them, with no CUDA, it stops them and goes on (here to a data error), leaving
+    no helper behind."""
+    wrapper, pids = tmp_path / "run.py", tmp_path / "pids"
+    wrapper.write_text(SCRIPT_RUN.format(pids=str(pids), script=str(REPO / "train_gpt.py")))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", compile_helpers.ROLE)}
+    done = subprocess.run([sys.executable, str(wrapper), "--train_files", str(tmp_path / "none_*.bin"),
+                           "--val_files", str(tmp_path / "none_*.bin"), "--log_dir", str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.strip().startswith("error:"), done.stderr[-2000:]
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 2, started
+    deadline = time.time() + 30
+    while not all(gone(pid) for pid in started):
+        assert time.time() < deadline, "a helper outlived the run"
+        time.sleep(0.1)

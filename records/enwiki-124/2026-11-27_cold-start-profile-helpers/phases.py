@@ -1,7 +1,8 @@
 import re, collections, sys
 CATS = [("Inductor: backward graph", "_wrapped_bw_compiler"), ("Inductor: forward graph", "fw_compiler_base"),
         ("AOTAutograd: partition", "min_cut_rematerialization_partition"), ("AOTAutograd: joint-graph passes", "_recursive_joint_graph_passes"),
-        ("AOTAutograd: joint trace", "aot_stage1_graph_capture"), ("first calls of compiled graphs (autotuning benchmarks)", "CompiledFxGraph.__call__"),
+        ("AOTAutograd: joint trace", "aot_stage1_graph_capture"),
+        ("AOTAutograd: metadata collection (a functionalized forward)", "run_functionalized_fw_and_collect_metadata"), ("first calls of compiled graphs (autotuning benchmarks)", "CompiledFxGraph.__call__"),
         ("optimizer step (its graphs, first calls)", "NorMuonAdam.step"), ("Dynamo: bytecode trace", "InstructionTranslatorBase.run"),
         ("CUDA graph capture", "capture"), ("imports", "_find_and_load")]
 out = collections.defaultdict(collections.Counter); tot = collections.Counter()

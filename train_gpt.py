@@ -1652,7 +1652,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     configure_torch()
-    helpers = compile_helpers.attach(hp, __file__, argv)  # spawned above when this file runs as a script
+    helpers = compile_helpers.attach(hp, __file__, argv)  # spawned above on a GPU machine, else started here
     rt = setup_runtime(hp)
     if compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
         schedule = Schedule(hp)

@@ -52,10 +52,19 @@ def wanted(settings) -> bool:
 
 
 def spawn(settings, script: str, argv: list[str]):
-    """Before the run imports torch: the helpers, where they can help, on a machine with an NVIDIA GPU."""
+    """Before the run imports torch: the helpers, where they can help, on a machine with an NVIDIA GPU. In a helper:
+    from here on it dies with the run."""
     global _spawned
+    if role():
+        if not die_with_run():
+            sys.exit(1)
+        return
     if _spawned is None and wanted(settings) and os.path.exists(NVIDIA_DEVICE):
-        _spawned = CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+        try:
+            world_size = read_launch().world_size
+        except SystemExit:  # a bad launch environment: main() refuses it, in its one line
+            return
+        _spawned = CompileHelpers(script, argv, world_size, bool(settings.emulate_world_size))
 
 
 def attach(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
@@ -64,13 +73,21 @@ def attach(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
     import torch
     from torch._functorch._aot_autograd import graph_compile
     global _spawned
+    helpers, _spawned = _spawned, None
     if not (wanted(settings) and torch.cuda.is_available() and all(hasattr(graph_compile, h) for h in HOOKS)):
-        if _spawned:
-            _spawned, _ = None, _spawned.stop()
+        if helpers:
+            helpers.stop()
         return None
-    helpers = _spawned or CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+    helpers = helpers or CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
     helpers.hook()
     return helpers
+
+
+def die_with_run() -> bool:
+    """A helper dies with the run that started it (whose stops may not reach it: it has its own session); False if
+    the run has already gone."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    return os.getppid() == int(os.environ[ROLE].split(":")[1])
 
 
 class CompileHelpers:
@@ -94,6 +111,8 @@ class CompileHelpers:
 
     def hook(self):
         from torch._functorch._aot_autograd import graph_compile
+        if self.compile_backward is not None:  # hooked already
+            return
         self.compile_backward = graph_compile._aot_stage2b_bw_compile
 
         def wait_then_compile(*args, **kwargs):  # the run's first backward compile is the model's
@@ -153,10 +172,9 @@ def collector_off():
 
 
 def serve(trainer) -> int:
-    """A helper's work (ROLE set): the run's first steps, as far as its role needs. It dies with the run (whose
-    stops may not reach it: it has its own session), and ends at once if the run has already gone."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    if os.getppid() != int(os.environ[ROLE].split(":")[1]):
+    """A helper's work (ROLE set): the run's first steps, as far as its role needs; it ends at once if the run has
+    already gone."""
+    if not die_with_run():
         return 1
     gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
     from torch._functorch._aot_autograd import graph_compile

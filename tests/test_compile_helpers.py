@@ -17,7 +17,7 @@ import torch
 from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
-from tests.utils import REPO
+from tests.utils import REPO, TINY_FLAGS
 
 
 def wanted(**changes) -> SimpleNamespace:
@@ -65,9 +65,15 @@ def test_no_helpers_without_a_gpu_or_inside_a_helper(gpu_machine, tmp_path):
     gpu_machine.setattr(torch.cuda, "is_available", lambda: False)
     assert compile_helpers.attach(wanted(), "train_gpt.py", []) is None and Popen.started == []
     gpu_machine.setattr(torch.cuda, "is_available", lambda: True)
-    gpu_machine.setenv(compile_helpers.ROLE, "backward")
+    gpu_machine.setenv(compile_helpers.ROLE, "backward:1")
+    ties = []
+    gpu_machine.setattr(compile_helpers, "die_with_run", lambda: ties.append(True) or True)
     compile_helpers.spawn(wanted(), "train_gpt.py", [])
     assert compile_helpers.attach(wanted(), "train_gpt.py", []) is None and Popen.started == []
+    assert ties == [True]  # a helper ties its life to the run's first thing
+    gpu_machine.setattr(compile_helpers, "die_with_run", lambda: False)  # the run has gone already
+    with pytest.raises(SystemExit):
+        compile_helpers.spawn(wanted(), "train_gpt.py", [])
 
 
 def test_attach_hooks_the_spawned_helpers_or_stops_them_without_cuda(gpu_machine):
@@ -77,7 +83,9 @@ def test_attach_hooks_the_spawned_helpers_or_stops_them_without_cuda(gpu_machine
     compile_helpers.spawn(wanted(), "train_gpt.py", [])  # once
     helpers = compile_helpers.attach(wanted(), "train_gpt.py", [])
     assert helpers is not None and len(Popen.started) == 2 and graph_compile._aot_stage2b_bw_compile is not hook
-    gpu_machine.setattr(compile_helpers, "_spawned", None)
+    hooked = graph_compile._aot_stage2b_bw_compile
+    helpers.hook()  # once
+    assert graph_compile._aot_stage2b_bw_compile is hooked and compile_helpers._spawned is None
     compile_helpers.spawn(wanted(), "train_gpt.py", [])
     spawned = compile_helpers._spawned
     gpu_machine.setattr(torch.cuda, "is_available", lambda: False)  # a device file, but no CUDA for torch
@@ -87,25 +95,56 @@ def test_attach_hooks_the_spawned_helpers_or_stops_them_without_cuda(gpu_machine
     assert compile_helpers.attach(wanted(), "train_gpt.py", []) is not None and len(Popen.started) == 6  # no spawn
 
 
+def test_a_bad_launch_environment_is_refused_by_the_run_not_the_spawn(gpu_machine):
+    """spawn() starts nothing on a bad RANK / WORLD_SIZE and leaves the refusal to main(), whose one-line errors
+    are written whole (ranks print theirs at once); attach() then refuses it."""
+    gpu_machine.setenv("WORLD_SIZE", "two")
+    compile_helpers.spawn(wanted(), "train_gpt.py", [])
+    assert Popen.started == []
+    with pytest.raises(SystemExit, match="WORLD_SIZE='two' must be an integer"):
+        compile_helpers.attach(wanted(), "train_gpt.py", [])
+
+
 def test_spawning_imports_no_torch():
     """The run spawns its helpers before it imports torch, so that their imports overlap its own."""
-    code = "import sys; from harness import compile_helpers; print(sorted(m for m in sys.modules if 'torch' in m))"
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    code = textwrap.dedent("""
+        import atexit, subprocess, sys
+        from types import SimpleNamespace
+        from harness import compile_helpers
+        class Popen:
+            def __init__(self, *args, **kwargs):
+                self.pid = 0
+        subprocess.Popen, atexit.register, compile_helpers.NVIDIA_DEVICE = Popen, lambda fn: None, "/"
+        compile_helpers.spawn(SimpleNamespace(compile_helpers=True, compile=True, warmup=True, resume="",
+                                              device="auto", emulate_world_size=0), "train_gpt.py", [])
+        assert compile_helpers._spawned is not None
+        print(sorted(m for m in sys.modules if "torch" in m))
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in (compile_helpers.ROLE, "RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("entry", ["spawn", "attach"])
 @pytest.mark.parametrize("emulated", [False, True])
-def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, gpu_machine):
+def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, entry, gpu_machine, tmp_path):
     """Under torchrun a helper drops RANK and WORLD_SIZE (it joins no process group), keeps LOCAL_RANK (this rank's
     GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles (an
-    emulated run's flags already say it)."""
+    emulated run's flags already say it); the same whether spawn() starts them or, where it could not tell a GPU
+    machine, attach()."""
     gpu_machine.setenv("RANK", "0" if emulated else "3")
     gpu_machine.setenv("WORLD_SIZE", "1" if emulated else "8")
     gpu_machine.setenv("LOCAL_RANK", "3")
     gpu_machine.setenv("MASTER_ADDR", "localhost")
     gpu_machine.setenv("MASTER_PORT", "29500")
     flags = ["--seed", "1", "--emulate_world_size", "8"] if emulated else ["--seed", "1"]
-    compile_helpers.spawn(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags)
+    settings = wanted(emulate_world_size=8 if emulated else 0)
+    if entry == "attach":
+        gpu_machine.setattr(compile_helpers, "NVIDIA_DEVICE", str(tmp_path / "absent"))
+    compile_helpers.spawn(settings, "train_gpt.py", flags)
+    assert len(Popen.started) == (2 if entry == "spawn" else 0)
+    assert compile_helpers.attach(settings, "train_gpt.py", flags) is not None
     roles = [env[compile_helpers.ROLE] for _, env, _ in Popen.started]
     assert roles == [f"backward:{os.getpid()}", f"optimizer:{os.getpid()}"]
     for cmd, env, kwargs in Popen.started:
@@ -224,35 +263,43 @@ def test_the_run_finds_the_backward_the_helper_compiled(tmp_path):
 
 SCRIPT_RUN = textwrap.dedent("""
     import os, runpy, subprocess, sys
+    sys.path.insert(0, os.path.dirname({script!r}))  # as `python3 train_gpt.py` has it
+    from harness import compile_helpers
     exists = os.path.exists
     os.path.exists = lambda path: path == "/dev/nvidiactl" or exists(path)  # a GPU machine, as far as spawn() can tell
+    started = []
 
-    class Popen(subprocess.Popen):  # the helpers' pids, for the test
+    class Popen(subprocess.Popen):  # the helpers, for the test
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            with open({pids!r}, "a") as f:
-                f.write(f"{{self.pid}}\\n")
+            started.append(self)
     subprocess.Popen = Popen
+    attach = compile_helpers.attach
+
+    def attach_and_report(*args, **kwargs):  # the helpers' states once main() has attached them; then the end
+        helpers = attach(*args, **kwargs)
+        with open({states!r}, "w") as f:
+            f.write(f"{{len(started)}} {{helpers}} {{[p.poll() for p in started]}}")
+        os._exit(0)
+    compile_helpers.attach = attach_and_report
     sys.argv = [{script!r}, *sys.argv[1:]]
-    sys.path.insert(0, os.path.dirname({script!r}))  # as `python3 train_gpt.py` has it
     runpy.run_path({script!r}, run_name="__main__")
 """)
 
 
-def test_a_script_run_spawns_its_helpers_first_and_stops_them_where_torch_has_no_cuda(tmp_path):
+@pytest.mark.skipif(not shutil.which(os.environ.get("CXX", "g++")), reason="the helpers compile with Inductor's CPU "
+                    "backend, which needs a C++ compiler (without one they fail before the run stops them)")
+def test_a_script_run_spawns_its_helpers_first_and_stops_them_where_torch_has_no_cuda(tmp_path, synthetic_data):
     """train_gpt.py run as a script spawns the helpers before its imports (attach() would start none without CUDA,
-    so both come from spawn()); after them, with no CUDA, it stops them and goes on (here to a data error), leaving
-    no helper behind."""
-    wrapper, pids = tmp_path / "run.py", tmp_path / "pids"
-    wrapper.write_text(SCRIPT_RUN.format(pids=str(pids), script=str(REPO / "train_gpt.py")))
+    so both come from spawn()); after them, with no CUDA, attach() stops them: killed, while they were still busy
+    with the run's settings and data (building their CPU trainers)."""
+    wrapper, states = tmp_path / "run.py", tmp_path / "states"
+    wrapper.write_text(SCRIPT_RUN.format(states=str(states), script=str(REPO / "train_gpt.py")))
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", compile_helpers.ROLE)}
-    done = subprocess.run([sys.executable, str(wrapper), "--train_files", str(tmp_path / "none_*.bin"),
-                           "--val_files", str(tmp_path / "none_*.bin"), "--log_dir", str(tmp_path)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and done.stderr.strip().startswith("error:"), done.stderr[-2000:]
-    started = [int(pid) for pid in pids.read_text().split()]
-    assert len(started) == 2, started
-    deadline = time.time() + 30
-    while not all(gone(pid) for pid in started):
-        assert time.time() < deadline, "a helper outlived the run"
-        time.sleep(0.1)
+    flags = [*TINY_FLAGS[4:], "--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+             "--num_scheduled_steps", "9", "--log_dir", str(tmp_path)]  # no --device cpu, --compile False: helpers
+    done = subprocess.run([sys.executable, str(wrapper), *flags], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    kill = -compile_helpers.signal.SIGKILL
+    assert states.read_text() == f"2 None [{kill}, {kill}]", states.read_text()

@@ -233,7 +233,8 @@ CE_CASES = [(16384, 3), (32768, 2), (49152, 1)]
 CE_VOCAB = 50304
 CE_SOFTCAP = (23.0, 5.0, 7.5)  # (A, B, C), the model's (GPTConfig.logit_cap)
 CE_GRAD_SCALE = 0.75 / 448
-CE_BLOCKS = [(1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8), (1, 4096, 16), (1, 8192, 16), (1, 8192, 32),
+CE_BLOCKS = [(1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 2048, 16), (1, 4096, 8), (1, 4096, 16), (1, 4096, 32),
+             (1, 8192, 16), (1, 8192, 32),
              (2, 1024, 4), (2, 2048, 8), (4, 1024, 8)]  # (block_rows, block_v, num_warps)
 CE_CANDIDATES = [CEConfig(*block, reverse_pass2, fma_reciprocal, num_stages) for block in CE_BLOCKS
                  for reverse_pass2 in (False, True) for fma_reciprocal in (False, True) for num_stages in (1, 3)]

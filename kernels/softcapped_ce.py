@@ -49,7 +49,8 @@ Kernel notes:
   exp(z - A) = exp2((A/2)·log2(e)·(th - 1)) and s(1 - s) = (1 - th²)/4 follow from th in one FMA each: 2 MUFU ops
   per logit and pass, and fewer FMA-pipe instructions than the FMA reciprocal's. On an H100 the losses moved by up
   to 9.1e-5 and the gradient by 1.1e-5 of its largest entry (bf16 logits carry 4e-3); 3.63 against 3.96 ms at
-  N=49152, 1.22 against 1.31 at N=16384 (means of two runs; records/kernels/2026-11-27_ce-tanh-sigmoid).
+  N=49152, 1.22 against 1.31 at N=16384 (means of two runs; records/kernels/2026-11-27_ce-tanh-sigmoid) At
+  N=49152 its config is now 32 warps, 3.37 ms (records/kernels/2026-11-27_ce-tanh-32-warps).
 - A, B, C and grad_scale are compile-time constants. Passed as runtime Python floats they can reach
   the kernel as fp64 (the Triton 3.6 failure of the original kernel); as constexprs the compiler folds
   them into fp32 constants, e.g. (x + B)/C and the log2(e) factor of exp2 become one FMA.
@@ -218,10 +219,16 @@ class CEConfig(NamedTuple):
 # With tanh_sigmoid, at N=49152 (no reciprocal; the table's exact config 3.96 there, mean of two runs): r1 v8192 w16
 # 3.63 ms (fastest, mean of two; 1.22 at N=16384), v4096 w16 3.72, v2048 w8 3.95, v4096 w8 4.13, v16384 w32 4.50;
 # with ex2.approx.ftz for exp2 too, v8192 w16 3.62 and w32 3.59 (1.20 at N=16384): within run-to-run spread.
+# Swept again at all three N (tanh, each stage's K; records/kernels/2026-11-27_ce-tanh-32-warps): r1 v4096 w32
+# 3.37 ms at N=49152 against 3.61 for v8192 w16: two 1024-thread programs per SM hold half the rows in flight of
+# four 512-thread ones, so more of pass 2's re-reads hit L2 (6.2 against 8.6 GB read from DRAM; v8192 w32, as few
+# rows, 6.5 GB and 3.57 ms); a tie at N=32768 (2.32 against 2.30) and 16384 (1.19 against 1.18).
 _SM90_CE = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
 _SM90_CE_TANH = CEConfig(1, 8192, 16, reverse_pass2=True, fma_reciprocal=False, num_stages=1)
-CE_CONFIGS = {SM90: {(n, 50304, tanh): _SM90_CE_TANH if tanh else _SM90_CE
-                     for n in (16384, 32768, 49152) for tanh in (False, True)}}
+_SM90_CE_TANH_49152 = CEConfig(1, 4096, 32, reverse_pass2=True, fma_reciprocal=False, num_stages=1)
+CE_CONFIGS = {SM90: {**{(n, 50304, False): _SM90_CE for n in (16384, 32768, 49152)},
+                     (16384, 50304, True): _SM90_CE_TANH, (32768, 50304, True): _SM90_CE_TANH,
+                     (49152, 50304, True): _SM90_CE_TANH_49152}}
 
 
 def ce_config(device: torch.device, n_rows: int, n_cols: int, tanh_sigmoid: bool = False) -> CEConfig:

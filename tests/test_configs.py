@@ -27,7 +27,8 @@ SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
 TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
 TRANSPOSE_SM90_BYTES = TransposeConfig(block_m=256, block_n=128, num_warps=8, ctas_per_sm=0)
 CE_SM90 = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
-CE_SM90_TANH = CEConfig(1, 8192, 16, reverse_pass2=True, fma_reciprocal=False, num_stages=1)
+CE_SM90_TANH = {16384: CEConfig(1, 8192, 16, fma_reciprocal=False), 32768: CEConfig(1, 8192, 16, fma_reciprocal=False),
+                49152: CEConfig(1, 4096, 32, fma_reciprocal=False)}  # by N
 CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
 
 # (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes
@@ -39,7 +40,8 @@ TUNED = [
     (partial(transpose_config, dtype=BF16), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the copy
     (partial(transpose_config, dtype=torch.float32), TRANSPOSE_SM90, TRANSPOSE_GENERIC),  # the add's fp32 source
     (partial(transpose_config, dtype=torch.float8_e5m2), TRANSPOSE_SM90_BYTES, TRANSPOSE_BYTES),  # FP8
-    *[(partial(ce_config, n_rows=n_rows, n_cols=50304, tanh_sigmoid=tanh), CE_SM90_TANH if tanh else CE_SM90,
+    *[(partial(ce_config, n_rows=n_rows, n_cols=50304, tanh_sigmoid=tanh),
+       CE_SM90_TANH[n_rows] if tanh else CE_SM90,
        CE_GENERIC_VOCAB) for n_rows in (16384, 32768, 49152) for tanh in (False, True)],
 ]
 # (device -> config, the fallback): shapes no table has, on sm_90 too

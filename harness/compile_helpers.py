@@ -146,9 +146,11 @@ class CompileHelpers:
         self.procs = {}
         if not hooked:
             return ""
-        hits = torch._dynamo.utils.counters["inductor"]["fxgraph_cache_hit"]
+        counts = torch._dynamo.utils.counters["inductor"]
         waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
-        return f"compile helpers: {', '.join(states)}{waited}; {hits} graphs came from Inductor's cache"
+        # a cold start compiles its forward here; any more were missed by the helpers (too late, or another key)
+        return (f"compile helpers: {', '.join(states)}{waited}; {counts['fxgraph_cache_hit']} graphs came from "
+                f"Inductor's cache, {counts['fxgraph_cache_miss']} compiled here")
 
     def _last_error(self, name: str, code: int | None) -> str:
         if code in (0, None):

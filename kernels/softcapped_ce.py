@@ -49,8 +49,8 @@ Kernel notes:
   exp(z - A) = exp2((A/2)·log2(e)·(th - 1)) and s(1 - s) = (1 - th²)/4 follow from th in one FMA each: 2 MUFU ops
   per logit and pass, and fewer FMA-pipe instructions than the FMA reciprocal's. On an H100 the losses moved by up
   to 9.1e-5 and the gradient by 1.1e-5 of its largest entry (bf16 logits carry 4e-3); 3.63 against 3.96 ms at
-  N=49152, 1.22 against 1.31 at N=16384 (means of two runs; records/kernels/2026-11-27_ce-tanh-sigmoid) At
-  N=49152 its config is now 32 warps, 3.37 ms (records/kernels/2026-11-27_ce-tanh-32-warps).
+  N=49152, 1.22 against 1.31 at N=16384 (means of two runs; records/kernels/2026-11-27_ce-tanh-sigmoid).
+  At N=49152 its config is now 32 warps: 3.37 ms (records/kernels/2026-11-27_ce-tanh-32-warps).
 - A, B, C and grad_scale are compile-time constants. Passed as runtime Python floats they can reach
   the kernel as fp64 (the Triton 3.6 failure of the original kernel); as constexprs the compiler folds
   them into fp32 constants, e.g. (x + B)/C and the log2(e) factor of exp2 become one FMA.

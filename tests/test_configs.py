@@ -27,8 +27,8 @@ SYRK_SM90 = {  # (batch, M, K) of the bf16 Polar Express products
 TRANSPOSE_SM90 = TransposeConfig(block_m=128, block_n=64, num_warps=8, ctas_per_sm=4)
 TRANSPOSE_SM90_BYTES = TransposeConfig(block_m=256, block_n=128, num_warps=8, ctas_per_sm=0)
 CE_SM90 = CEConfig(1, 4096, 16, reverse_pass2=True, fma_reciprocal=True, num_stages=1)
-CE_SM90_TANH = {16384: CEConfig(1, 8192, 16, fma_reciprocal=False), 32768: CEConfig(1, 8192, 16, fma_reciprocal=False),
-                49152: CEConfig(1, 4096, 32, fma_reciprocal=False)}  # by N
+CE_SM90_TANH = {n_rows: CEConfig(1, 4096, 32, fma_reciprocal=False) if n_rows == 49152 else  # by N
+                CEConfig(1, 8192, 16, fma_reciprocal=False) for n_rows in (16384, 32768, 49152)}
 CE_GENERIC_VOCAB = CEConfig(1, 2048, 4)  # the fallback for V = 50304
 
 # (device -> config with the shape key bound, the sm_90 config, the fallback elsewhere): the tuned shapes

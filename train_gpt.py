@@ -200,6 +200,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
+from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
@@ -211,10 +212,11 @@ from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_m
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
-from kernels.fp8_linear import fp8_linear  # noqa: E402
+from kernels.fp8_linear import fp8_linear, fp8_tensor  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
 from kernels.polar_express import polar_express  # noqa: E402
-from kernels.relu_square import relu_square_mlp_fp8, relu_square_mlp_op, relu_square_mlp_reference  # noqa: E402
+from kernels.relu_square import (mlp_fp8_weights, relu_square_mlp_fp8, relu_square_mlp_op,  # noqa: E402
+                                 relu_square_mlp_reference)
 from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
 
@@ -331,7 +333,7 @@ class GPTConfig:
     yarn_beta: float = 32.0
     yarn_scale_gain: float = 0.2
     loss_scale: float = 1.0  # the training loss is multiplied by this (1 / grad_accum_steps) before backward
-    eval_chunk: int = 32768  # rows of logits materialized at once during validation
+    eval_chunk: int = 16384  # rows of logits made at once in validation: its peak memory, above training's
 
     def __post_init__(self):
         L = self.num_layers
@@ -508,6 +510,20 @@ class GPT(nn.Module):
         D = self.cfg.model_dim
         return {"attn_bank": (4 * len(self.cfg.attn_layers), D, D), "mlp_bank": (2 * self.cfg.mlp_bank_layers, 4 * D, D)}
 
+    def fp8_weights(self) -> tuple[list, list] | None:
+        """The e4m3 copies of the weights that the FP8 body's matmuls read, by layer (QKV: attention layers, MLP: all),
+        made once per optimizer step by the trainer, not every micro-batch. None unless the whole body is FP8."""
+        cfg, D = self.cfg, self.cfg.model_dim
+        if not (cfg.fp8_qkv and cfg.fp8_mlp_blocks):
+            return None
+        with torch.no_grad():
+            w8 = ([fp8_tensor(lam[0] * w[:3 * D]) for lam, w in zip(self.attn_lambdas.bfloat16(), self.attn_bank)],
+                  [mlp_fp8_weights(*bank) for bank in self.mlp_bank[:cfg.num_layers]])
+        if not torch.compiler.is_compiling():  # dynamic=True makes a plain tensor input's shape symbolic: fix these
+            for t in tree_leaves(w8):
+                torch._dynamo.mark_static(t)
+        return w8
+
     def reset_rotary(self):
         self.rotary.reset()
         self.rotary_paired.reset()
@@ -517,8 +533,8 @@ class GPT(nn.Module):
         self.rotary_paired.extend(old_window, new_window)
 
     def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
-                sched: ForwardSchedule) -> Tensor:
-        """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32.
+                sched: ForwardSchedule, w8: tuple[list, list] | None = None) -> Tensor:
+        """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32; w8: fp8_weights(), current.
         Training: returns the summed MTP loss over positions. Eval: the mean next-token loss."""
         cfg = self.cfg
         T, V, G = inputs.size(0), cfg.vocab_size, cfg.gate_channels
@@ -527,6 +543,7 @@ class GPT(nn.Module):
         attn_w = dict(zip(cfg.attn_layers, self.attn_bank.unbind(0)))  # layer -> (4D, D)
         attn_gate = dict(zip(cfg.attn_layers, self.attn_gate_bank.unbind(0)))  # layer -> (H, G)
         attn_lam = dict(zip(cfg.attn_layers, self.attn_lambdas.bfloat16().unbind(0)))  # layer -> (2,)
+        qkv8, mlp8 = (dict(zip(cfg.attn_layers, w8[0])), w8[1]) if w8 else ({}, [])
         w_in, w_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
         w_in, w_out = w_in.unbind(0), w_out.unbind(0)
         resid_attn, resid_mlp = self.resid_lambdas.bfloat16().unbind(1)
@@ -564,7 +581,7 @@ class GPT(nn.Module):
                 paired = layer in cfg.paired_head_layers
                 long = layer in cfg.long_window_layers
                 y = self._attention(norm(lane0), attn_w[layer], attn_lam[layer], attn_gate[layer],
-                                    value_embed.get(layer), ve_gate.get(layer), cu_seqlens, sched,
+                                    value_embed.get(layer), ve_gate.get(layer), qkv8.get(layer), cu_seqlens, sched,
                                     window=sched.long_window if long else sched.short_window,
                                     paired=paired, key_offset=long)
                 inject = x0_lam[layer] * x0 + (bigram_lam[layer] * bigram if layer > 0 else 0)
@@ -575,7 +592,7 @@ class GPT(nn.Module):
                     lane1 = resid_attn[layer] * lane1 + post_attn1[layer] * y
             if layer == cfg.skip_from:
                 skip = lane0
-            y = mlp(norm(lane0 if lane1 is None else lane1), w_in[layer], w_out[layer])
+            y = mlp(norm(lane0 if lane1 is None else lane1), w_in[layer], w_out[layer], *mlp8[layer:layer + 1])
             lane0 = resid_mlp[layer] * lane0 + post_mlp0[layer] * y
             if lane1 is not None:
                 lane1 = resid_mlp[layer] * lane1 + post_mlp1[layer] * y
@@ -595,12 +612,12 @@ class GPT(nn.Module):
         return loss / T
 
     def _attention(self, x: Tensor, w: Tensor, lam: Tensor, out_gate_w: Tensor, ve: Tensor | None,
-                   ve_gate_w: Tensor | None, cu_seqlens: Tensor, sched: ForwardSchedule, window: int,
-                   paired: bool, key_offset: bool) -> Tensor:
+                   ve_gate_w: Tensor | None, w8: tuple | None, cu_seqlens: Tensor, sched: ForwardSchedule,
+                   window: int, paired: bool, key_offset: bool) -> Tensor:
         """x: (T, D) normed stream; w: (4D, D) = [Q; K; V; O]; lam: (2,) scales of QKV and O."""
         cfg = self.cfg
         T, D, H, Dh, G = x.size(0), cfg.model_dim, cfg.num_heads, cfg.head_dim, cfg.gate_channels
-        project = fp8_linear if cfg.fp8_qkv else F.linear  # FP8 takes x unscaled: x = norm(...), |x| <= sqrt(D)
+        project = partial(fp8_linear, w8=w8) if cfg.fp8_qkv else F.linear  # FP8 reads x unscaled: |x| <= sqrt(D)
         q, k, v = project(x, lam[0] * w[:3 * D]).view(T, 3 * H, Dh).chunk(3, dim=1)  # (T, H, Dh) each
         q, k = norm(q), norm(k)  # QK norm (@Grad62304977)
         max_len = sched.max_seq_len if self.training else T
@@ -1444,6 +1461,9 @@ class Trainer:
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
         self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if hp.compile else self.model
+        self.w8 = self.model.fp8_weights()  # remade in place before each step and validation: CUDA graphs read them
+        remake = self.copy_fp8_weights if self.w8 is not None else lambda: None
+        self.remake_w8 = torch.compile(remake, fullgraph=True) if hp.compile and self.w8 is not None else remake
         self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
@@ -1466,6 +1486,11 @@ class Trainer:
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
                            self.bigram_rows, self.capacity, start, track_bigram_rows=bool(self.optimizer.touched))
+
+    def copy_fp8_weights(self):
+        """fp8_weights() of the current weights into self.w8, in place."""
+        for dst, src in zip(tree_leaves(self.w8), tree_leaves(self.model.fp8_weights())):
+            dst.copy_(src)
 
     def sync(self):
         if self.rt.device.type == "cuda":
@@ -1500,8 +1525,9 @@ class Trainer:
         self.set_rotary(step)
         sched = self.forward_schedule(step, final)
         self.model.eval()
+        self.remake_w8()
         with torch.no_grad():
-            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8)
                         for mb in map(self.val.batch, range(len(self.val))))
         self.model.train()
         loss = total / len(self.val)
@@ -1520,13 +1546,14 @@ class Trainer:
 
     def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
         """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
-        loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched) * self.model.cfg.loss_scale
+        loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) * self.model.cfg.loss_scale
         loss.backward()
         return loss.detach()
 
     def train_step(self, step: int, data: StepData):
         self.set_rotary(step)
         sched = self.forward_schedule(step)
+        self.remake_w8()
         losses = [self.micro_step(mb, sched) for mb in data.micro_batches]  # each: summed loss / grad_accum_steps
         if data.bigram_rows is not None:
             self.optimizer.note_touched_rows(data.bigram_rows)
@@ -1573,10 +1600,13 @@ class Trainer:
         self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
                  f"starts at {time.time() - PROCESS_START:.1f}s")
         initial = self.snapshot(0)
+        # The first step makes the FP8 weight copies eagerly: the optimizer's compile helper compiles remake_w8 meanwhile
+        remake_w8, self.remake_w8 = self.remake_w8, self.copy_fp8_weights
         with compile_helpers.collector_off():  # collections walked the compile's millions of objects
             for i, step in enumerate(steps, 1):
                 settings, data = self.schedule.at(step), self.next_batches(step)
                 self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
+                self.remake_w8 = remake_w8
                 self.sync()
                 self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
                          f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "

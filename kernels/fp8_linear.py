@@ -75,11 +75,12 @@ def _backward(ctx, grad):
 fp8_linear_op.register_autograd(_backward, setup_context=_setup)
 
 
-def fp8_linear(x: Tensor, w: Tensor) -> Tensor:
+def fp8_linear(x: Tensor, w: Tensor, w8: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """F.linear(x, w) with the forward in FP8, for x (..., K) with RMS-normed rows and w (N, K); K and N multiples
-    of 16 (cuBLASLt's FP8 rows)."""
+    of 16 (cuBLASLt's FP8 rows). w8: fp8_tensor(w) made beforehand (once per optimizer step), else cast here."""
     rows = x.reshape(-1, x.size(-1))
-    return fp8_linear_op(rows, w, *fp8_operands(rows, w)).view(*x.shape[:-1], w.size(0))
+    x8, w8, w_scale = fp8_operands(rows, w) if w8 is None else (rows.to(E4M3), *w8)
+    return fp8_linear_op(rows, w, x8, w8, w_scale).view(*x.shape[:-1], w.size(0))
 
 
 def fp8_linear_reference(x8: Tensor, w8: Tensor, w_scale: Tensor) -> Tensor:

@@ -35,7 +35,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from kernels.configs import SM90, pick, sm_count
-from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_rows, fp8_tensor, fp8_weight_blocks
+from kernels.fp8_linear import E4M3, FP8_BLOCK, fp8_block_mm, fp8_rows, fp8_tensor, fp8_weight_blocks
 
 
 # -----------------------------------------------------------------------------
@@ -251,12 +251,16 @@ relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
 @torch.library.custom_op("nanogpt::relu_square_mlp_fp8", mutates_args=())
 def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, x8: torch.Tensor,
                            w_in8: torch.Tensor, w_scale: torch.Tensor, fp8_backward: bool = False,
-                           w_out_blocks: torch.Tensor | None = None, w_out_block_scale: torch.Tensor | None = None
+                           w_out_blocks: torch.Tensor | None = None, w_out_block_scale: torch.Tensor | None = None,
+                           w_in_t_blocks: torch.Tensor | None = None, w_in_t_block_scale: torch.Tensor | None = None,
+                           w_out8: torch.Tensor | None = None, w_out_scale: torch.Tensor | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
     """relu_square_mlp_op whose first matmul reads x8 = e4m3(x) and w_in8 = e4m3(w_in / w_scale) (0-d fp32), and
     whose second reads post in e4m3 over 1x128 row-block scales when w_out's blocks and their scales
     (fp8_weight_blocks(w_out.T)) are given. The backward reads x, w_in, w_out and post; with fp8_backward its d_pre
-    and dx matmuls run in FP8 (row scales for the gradient, block scales for d_pre), dW_in and dW_out stay bf16."""
+    and dx matmuls run in FP8 (row scales for the gradient, block scales for d_pre), dW_in and dW_out stay bf16,
+    over the weights' copies given here (w_in_t_blocks and w_out8 with their scales: mlp_fp8_weights) or, without
+    them, made by the backward."""
     assert (w_out_blocks is None) == (w_out_block_scale is None), "w_out_blocks and w_out_block_scale go together"
     if w_out_blocks is None:
         post = matmul_relu_square_triton(x8, w_in8, scale=w_scale, out_dtype=x.dtype)
@@ -266,35 +270,51 @@ def relu_square_mlp_fp8_op(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Ten
 
 
 @relu_square_mlp_fp8_op.register_fake
-def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_backward=False, w_out_blocks=None, w_out_block_scale=None):
+def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_backward=False, w_out_blocks=None, w_out_block_scale=None,
+      w_in_t_blocks=None, w_in_t_block_scale=None, w_out8=None, w_out_scale=None):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
 def _mlp_fp8_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:3], output[1])  # x, w_in, w_out and post
+    backward_weights = [t for t in inputs[9:] if t is not None]
+    assert len(backward_weights) in (0, 4), "w_in_t_blocks, w_out8 and their scales go together"
+    ctx.save_for_backward(*inputs[:3], output[1], *backward_weights)  # x, w_in, w_out, post and those copies
     ctx.fp8_backward = inputs[6]
 
 
 def _mlp_fp8_backward(ctx, grad, _):
-    x, w_in, w_out, post = ctx.saved_tensors
+    x, w_in, w_out, post, *weights8 = ctx.saved_tensors
     grad = grad.contiguous()
-    # The FP8 copies are made here, not in the forward: only the backward reads them, and saved they would add to
-    # the peak memory. Under torch.compile this code is traced into the backward graph, where the casts fuse into the
-    # kernels making grad and the weights. dx = d_pre @ w_in: the right operand is w_inᵀ.
-    fp8 = (*fp8_weight_blocks(w_in.T), *fp8_rows(grad), *fp8_tensor(w_out)) if ctx.fp8_backward else ()
-    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *fp8)
-    return *grads, None, None, None, None, None, None  # the FP8 copies, scales and flag get none
+    # Copies the forward was not given are made here, not in the forward: only the backward reads them, and saved
+    # they would add to the peak memory. Under torch.compile this code is traced into the backward graph, where the
+    # casts fuse into the kernels making grad and the weights. dx = d_pre @ w_in: the right operand is w_inᵀ.
+    if ctx.fp8_backward:
+        w_in_t_blocks, w_in_t_scale, w_out8, w_out_scale = weights8 or (*fp8_weight_blocks(w_in.T), *fp8_tensor(w_out))
+        fp8 = (w_in_t_blocks, w_in_t_scale, *fp8_rows(grad), w_out8, w_out_scale)
+    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *(fp8 if ctx.fp8_backward else ()))
+    return *grads, *[None] * 10  # the FP8 copies, scales and flag get none
 
 
 relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_fp8_setup)
 
 
-def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, blocks: bool) -> torch.Tensor:
+def mlp_fp8_weights(w_in: torch.Tensor, w_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Every FP8 copy of one layer's weights that relu_square_mlp_fp8 with blocks reads: e4m3 w_in and its scale
+    (the forward's first matmul), w_outᵀ's 128x128 blocks and their scales (its second), w_inᵀ's (the backward's
+    dx) and e4m3 w_out and its scale (the backward's d_pre)."""
+    return (*fp8_tensor(w_in), *fp8_weight_blocks(w_out.T), *fp8_weight_blocks(w_in.T), *fp8_tensor(w_out))
+
+
+def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,
+                        w8: tuple[torch.Tensor, ...] | None = None, *, blocks: bool) -> torch.Tensor:
     """The MLP of x (T, D) with its first matmul in FP8, and with blocks (D a multiple of 128, H of 512, T of 4) its
     second and the backward's d_pre and dx too, over block and row scales; under torch.compile the casts fuse into the
-    kernels making x, the gradient and the weights."""
-    w_out_blocks = fp8_weight_blocks(w_out.T) if blocks else ()  # out = post @ w_out: the right operand is w_outᵀ
-    return relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in), blocks, *w_out_blocks)[0]
+    kernels making x, the gradient and the weights. w8 (with blocks): mlp_fp8_weights(w_in, w_out) made beforehand
+    (once per optimizer step: the weights do not change between its micro-batches), else the casts are made here."""
+    if w8 is None:  # out = post @ w_out: the right operand is w_outᵀ
+        w8 = (*fp8_tensor(w_in), *(fp8_weight_blocks(w_out.T) if blocks else ()))
+    assert blocks or len(w8) == 2, "the weights' block copies go with blocks"
+    return relu_square_mlp_fp8_op(x, w_in, w_out, x.to(E4M3), *w8[:2], blocks, *w8[2:])[0]
 
 
 def relu_square_mlp_reference(x, w_in, w_out):

@@ -11,8 +11,9 @@ import torch
 
 from kernels.fp8_linear import (E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_rows, fp8_tensor,
                                 fp8_weight_blocks)
-from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, relu_square_mlp, relu_square_mlp_fp8,
-                                 relu_square_mlp_fp8_op, relu_square_mlp_op, relu_square_mlp_reference)
+from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_fp8_weights, relu_square_mlp,
+                                 relu_square_mlp_fp8, relu_square_mlp_fp8_op, relu_square_mlp_op,
+                                 relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -136,6 +137,33 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, blocks, dtype, poison_
     # the FP8 forward stays within e4m3's error of the bf16 MLP (3 mantissa bits on each operand)
     exact = relu_square_mlp_reference(x64, w_in, w_out)
     assert (out.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 output far from the exact MLP"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_fp8_mlp_reads_the_weight_copies_it_is_given(dtype, poison_empty):
+    """With w8 = mlp_fp8_weights(w_in, w_out), made once per optimizer step by the trainer, the MLP gives its own
+    casts' output and gradients bit for bit, and it reads those copies: a scale doubled quadruples the output through
+    w_in's (post = relu(pre)²), and doubles grad x through w_inᵀ's blocks or w_out's (d_pre's matmul), within
+    rounding (fp16's subnormals)."""
+    x = torch.randn(132, 128, device=DEVICE).to(dtype)
+    bank = torch.stack([(torch.rand(512, 128, device=DEVICE) * 2 - 1) / 128**0.5,
+                        torch.randn(512, 128, device=DEVICE) / 512**0.5]).to(dtype)
+    grad_out = torch.randn_like(x)
+
+    def run(w8):
+        leaf = x.clone().requires_grad_()
+        out = relu_square_mlp_fp8(leaf, *bank.unbind(0), w8, blocks=True)
+        out.backward(grad_out)
+        return out.detach(), leaf.grad
+
+    own, w8 = run(None), mlp_fp8_weights(*bank.unbind(0))
+    assert all(torch.equal(a, b) for a, b in zip(own, run(w8))), "the given copies are not the MLP's own casts"
+
+    def doubled(i):
+        return (*w8[:i], w8[i] * 2, *w8[i + 1:])
+    check(run(doubled(1))[0], own[0] * 4, 1e-2, 1e-2, "out with w_in's scale doubled")
+    check(run(doubled(5))[1], own[1] * 2, 1e-2, 1e-2, "grad x with w_inᵀ's block scales doubled")
+    check(run(doubled(7))[1], own[1] * 2, 1e-2, 1e-2, "grad x with w_out's scale doubled")
 
 
 @GPU_ONLY

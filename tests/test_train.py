@@ -245,6 +245,7 @@ def test_model_compiles_once_for_every_stage(attention):
     hp = tg.Hyperparameters(micro_batch_tokens=(128, 256, 384), stage_seq_lens=(64, 128, 128), window_block=8,
                             num_scheduled_steps=3, num_extension_steps=1)
     schedule = tg.Schedule(hp)
+    w8 = model.fp8_weights()  # made once, as the trainer does
     for step in range(schedule.total_steps):  # one step per stage, then the extension (YaRN grows the scale)
         settings = schedule.at(step)
         mb, _ = batch_for(model, settings.micro_batch_tokens, seed=step)
@@ -255,14 +256,35 @@ def test_model_compiles_once_for_every_stage(attention):
         if cuda:
             mb = tg.MicroBatch(*(t.cuda() for t in (mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram)))
             sched = dataclasses.replace(sched, mtp_weights=sched.mtp_weights.cuda())
-        compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+        compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, w8).backward()
     assert graphs == ["fw", "bw"], f"expected one forward and one backward graph for all stages, got {graphs}"
     assert "compile_attempt_1" not in attempts, "Dynamo restarted its analysis of the model (a symbolic float?)"
     grads = model.gradients()
     assert all(grads[name].any() for name in model.LOOKUP_TABLES), "the compiled backward lost a table's gradient"
     model.eval()
     with torch.no_grad():
-        compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
+        compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, w8)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's run is deterministic (the GPU's table gradients are "
+                    "atomic sums): a CPU case")
+def test_fp8_weights_made_once_are_the_forward_own_casts():
+    """GPT.fp8_weights, which the trainer makes once per optimizer step for all micro-batches, are the FP8 copies the
+    forward would make itself: the loss and every gradient equal, bit for bit (the kernels through the interpreter)."""
+    cfg = tg.GPTConfig(vocab_size=256, model_dim=128, num_heads=2, head_dim=64, max_tokens=512, fused_mlp=True,
+                       fp8_mlp=True, fp8_mlp_blocks=True, fp8_qkv=True)
+
+    def micro_step(own_casts: bool):
+        torch.manual_seed(0)
+        model = tg.GPT(cfg)
+        mb, sched = batch_for(model, 128)
+        loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, None if own_casts else model.fp8_weights())
+        loss.backward()
+        return loss.detach(), model.gradients()
+    (loss, grads), (loss_w8, grads_w8) = micro_step(True), micro_step(False)
+    assert torch.equal(loss, loss_w8)
+    assert all(torch.equal(grads[name], grads_w8[name]) for name in grads), "a gradient differs"
+    assert tg.GPT(dataclasses.replace(cfg, fp8_qkv=False)).fp8_weights() is None, "partly FP8: the forward casts"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")

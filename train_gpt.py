@@ -333,7 +333,7 @@ class GPTConfig:
     yarn_beta: float = 32.0
     yarn_scale_gain: float = 0.2
     loss_scale: float = 1.0  # the training loss is multiplied by this (1 / grad_accum_steps) before backward
-    eval_chunk: int = 16384  # rows of logits made at once in validation: its peak memory, above training's
+    eval_chunk: int = 32768  # rows of logits materialized at once during validation
 
     def __post_init__(self):
         L = self.num_layers
@@ -1462,8 +1462,8 @@ class Trainer:
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
         self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if hp.compile else self.model
         self.w8 = self.model.fp8_weights()  # remade in place before each step and validation: CUDA graphs read them
-        remake = self.copy_fp8_weights if self.w8 is not None else lambda: None
-        self.remake_w8 = torch.compile(remake, fullgraph=True) if hp.compile and self.w8 is not None else remake
+        compiled = hp.compile and self.w8 is not None
+        self.remake_w8 = torch.compile(self.copy_fp8_weights, fullgraph=True) if compiled else self.copy_fp8_weights
         self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
         self.capacity = CuSeqlensCapacity(log)
@@ -1488,9 +1488,10 @@ class Trainer:
                            self.bigram_rows, self.capacity, start, track_bigram_rows=bool(self.optimizer.touched))
 
     def copy_fp8_weights(self):
-        """fp8_weights() of the current weights into self.w8, in place."""
-        for dst, src in zip(tree_leaves(self.w8), tree_leaves(self.model.fp8_weights())):
-            dst.copy_(src)
+        """fp8_weights() of the current weights into self.w8, in place (nothing without them)."""
+        if self.w8 is not None:
+            for dst, src in zip(tree_leaves(self.w8), tree_leaves(self.model.fp8_weights())):
+                dst.copy_(src)
 
     def sync(self):
         if self.rt.device.type == "cuda":

@@ -73,15 +73,9 @@ def head_loss_backward_op(grad_loss: Tensor, grad_logits: Tensor, x_saved: Tenso
         g_scale = grad_loss * grad_scale  # the e5m2 gradient's scale, times the upstream gradient
         grad_x = torch._scaled_mm(grad_logits, w_saved.T, scale_a=g_scale, scale_b=one * w_scale,
                                   out_dtype=torch.bfloat16, use_fast_accum=False)
-        # dw by halves of the vocabulary: the whole (V, T) transposed gradient (2.5 GB at 49,152 tokens) beside the
-        # saved one set the step's peak memory
-        V = grad_logits.size(1)
-        half = V // 32 * 16  # a multiple of 16 columns, as cuBLASLt's FP8 wants
-        x_t, grad_w = transposed(x_saved), grad_x.new_empty(x_saved.size(1), V)
-        for cols in (slice(0, half), slice(half, V)):
-            grad_w[:, cols] = torch._scaled_mm(x_t, transposed(grad_logits[:, cols]).T, scale_a=one * x_scale,
-                                               scale_b=g_scale, out_dtype=torch.float32, use_fast_accum=False)
-        return grad_x, grad_w
+        grad_w = torch._scaled_mm(transposed(x_saved), transposed(grad_logits).T, scale_a=one * x_scale,
+                                  scale_b=g_scale, out_dtype=torch.float32, use_fast_accum=False)
+        return grad_x, grad_w.to(torch.bfloat16)
     return grad_loss * (grad_logits @ w_saved.T), grad_loss * (x_saved.T @ grad_logits)
 
 

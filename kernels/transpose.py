@@ -95,7 +95,7 @@ def _launch_transpose(src: torch.Tensor, dst: torch.Tensor, accumulate: bool,
     copyable = (torch.bfloat16, torch.float16, torch.float32) + (() if accumulate else BYTE_DTYPES)
     assert src.dtype in copyable, f"unsupported dtype {src.dtype} for transpose_{'add' if accumulate else 'copy'}"
     assert src.device == dst.device, f"device mismatch: src {src.device}, dst {dst.device}"
-    assert src.stride(1) == 1 and dst.is_contiguous(), "src needs contiguous rows (a column slice will do), dst contiguous"
+    assert src.is_contiguous() and dst.is_contiguous(), "src and dst must be contiguous"
     if src.numel() == 0:
         return dst
     config = config or transpose_config(src.device, src.dtype)

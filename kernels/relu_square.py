@@ -276,7 +276,7 @@ def _(x, w_in, w_out, x8, w_in8, w_scale, fp8_backward=False, w_out_blocks=None,
 
 
 def _mlp_fp8_setup(ctx, inputs, output):
-    backward_weights = [t for t in inputs[9:] if t is not None]
+    backward_weights = [t for t in inputs[9:] if t is not None]  # w_in_t_blocks, w_out8 and their scales
     assert len(backward_weights) in (0, 4), "w_in_t_blocks, w_out8 and their scales go together"
     ctx.save_for_backward(*inputs[:3], output[1], *backward_weights)  # x, w_in, w_out, post and those copies
     ctx.fp8_backward = inputs[6]
@@ -288,10 +288,11 @@ def _mlp_fp8_backward(ctx, grad, _):
     # Copies the forward was not given are made here, not in the forward: only the backward reads them, and saved
     # they would add to the peak memory. Under torch.compile this code is traced into the backward graph, where the
     # casts fuse into the kernels making grad and the weights. dx = d_pre @ w_in: the right operand is w_inᵀ.
+    fp8 = ()
     if ctx.fp8_backward:
         w_in_t_blocks, w_in_t_scale, w_out8, w_out_scale = weights8 or (*fp8_weight_blocks(w_in.T), *fp8_tensor(w_out))
         fp8 = (w_in_t_blocks, w_in_t_scale, *fp8_rows(grad), w_out8, w_out_scale)
-    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *(fp8 if ctx.fp8_backward else ()))
+    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *fp8)
     return *grads, *[None] * 10  # the FP8 copies, scales and flag get none
 
 

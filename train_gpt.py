@@ -221,7 +221,7 @@ class GPTConfig:
     model_dim: int
     num_heads: int
     head_dim: int
-    max_tokens: int  # longest packed micro-batch (positions are rows of it); sizes the rotary tables
+    max_tokens: int  # longest packed micro-batch (positions are rows of it); sizes the rotary table
     attention: str = "sdpa"  # "fa3" | "varlen" (PyTorch flash) | "sdpa" (masked, any device)
     fp8_head: bool = False
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
@@ -287,16 +287,17 @@ class Rotary(nn.Module):
     """Half-truncated RoPE (@YouJiacheng) with YaRN rescaling when the attention window grows.
 
     Pairs of channels (2j, 2j+1) rotate by position * freq_j; the second half of the head has zero
-    frequency ("stationary" channels, used by the key offset). `paired` tables serve paired-head
-    attention, where a query vector of width 2*head_dim holds positions 2t and 2t+1.
+    frequency ("stationary" channels, used by the key offset). One table serves both layouts: paired-head
+    attention reads rows 2t and 2t + 1 for token t, so it holds 2 * max_tokens positions.
     """
+    FILL_ROWS = 1 << 16  # filled by blocks of rows: fp32 angles, cosines and sines of all rows are GBs of transients
 
-    def __init__(self, cfg: "GPTConfig", paired: bool):
+    def __init__(self, cfg: "GPTConfig"):
         super().__init__()
-        self.cfg, self.head_dim, self.max_tokens, self.paired = cfg, cfg.head_dim, cfg.max_tokens, paired
-        width = 2 * cfg.head_dim if paired else cfg.head_dim
-        self.register_buffer("cos", torch.empty(cfg.max_tokens, width, dtype=torch.bfloat16), persistent=False)
-        self.register_buffer("sin", torch.empty(cfg.max_tokens, width, dtype=torch.bfloat16), persistent=False)
+        self.cfg, self.head_dim = cfg, cfg.head_dim
+        rows = 2 * cfg.max_tokens
+        self.register_buffer("cos", torch.empty(rows, cfg.head_dim, dtype=torch.bfloat16), persistent=False)
+        self.register_buffer("sin", torch.empty(rows, cfg.head_dim, dtype=torch.bfloat16), persistent=False)
         # YaRN's growth of the softmax scale, applied to queries: a tensor, so that a window change does
         # not recompile the model the way a new Python float would
         self.register_buffer("q_gain", torch.ones(()), persistent=False)
@@ -320,30 +321,27 @@ class Rotary(nn.Module):
         self._fill_tables()
 
     def _fill_tables(self):
-        t = torch.arange(self.max_tokens, dtype=torch.float32, device=self.freq.device)
-        if self.paired:
-            theta = torch.cat([torch.outer(2 * t, self.freq), torch.outer(2 * t + 1, self.freq)], dim=-1)
-        else:
-            theta = torch.outer(t, self.freq)
-        sign = torch.ones_like(theta[0])
+        sign = torch.ones_like(self.freq)
         sign[0::2] = -1  # x'[2j] = x[2j] cos + x[2j+1] sin, x'[2j+1] = x[2j+1] cos - x[2j] sin
-        self.cos.copy_(theta.cos())
-        self.sin.copy_(-theta.sin() * sign)
+        rows = self.cos.size(0)
+        for start in range(0, rows, self.FILL_ROWS):
+            end = min(start + self.FILL_ROWS, rows)
+            theta = torch.outer(torch.arange(start, end, dtype=torch.float32, device=self.freq.device), self.freq)
+            self.cos[start:end].copy_(theta.cos())
+            self.sin[start:end].copy_(-theta.sin() * sign)
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (T, heads, head_dim); position = row. Paired tables: x is (T, 2, heads / 2, head_dim), the
-        attention's rows 2t and 2t + 1, and head h = j * heads / 2 + i sits at position 2t + h % 2 (the
-        first or second half of the table's 2 * head_dim row).
+        """x: (T, heads, head_dim), position = row; or paired, (T, 2, heads / 2, head_dim): the attention's rows
+        2t and 2t + 1, and head h = j * heads / 2 + i sits at position 2t + h % 2.
         The (2, heads / 2) split matches the attention's (2T, heads / 2) view, so that view merges two
         leading dimensions: other splits left divisions and modulos by the symbolic T in the compiled
         kernels' index math, and copies (on an H100 the rotary took 3.4x its static-shape time)."""
         T = x.size(0)
-        cos, sin = self.cos[:T], self.sin[:T]
-        if self.paired:
+        if x.dim() == 4:
             half = torch.arange(x.size(1) * x.size(2), device=x.device).view(x.size(1), x.size(2)) % 2
-            cos, sin = cos.view(T, 2, -1)[:, half], sin.view(T, 2, -1)[:, half]
+            cos, sin = self.cos[:2 * T].view(T, 2, -1)[:, half], self.sin[:2 * T].view(T, 2, -1)[:, half]
         else:
-            cos, sin = cos[:, None], sin[:, None]
+            cos, sin = self.cos[:T, None], self.sin[:T, None]
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)
         return x * cos + swapped * sin
 
@@ -400,8 +398,7 @@ class GPT(nn.Module):
         self.x0_lambdas = nn.Parameter(torch.zeros(L))  # normed embedding re-injected after attention
         self.bigram_lambdas = nn.Parameter(torch.full((L,), 0.05))
         self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
-        self.rotary = Rotary(cfg, paired=False)
-        self.rotary_paired = Rotary(cfg, paired=True)
+        self.rotary = Rotary(cfg)
         # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The
         # token tables sum theirs in fp32 buffers, written by lookup_op's backward; autograd fills the rest.
         for name, p in self.named_parameters():
@@ -447,11 +444,9 @@ class GPT(nn.Module):
 
     def reset_rotary(self):
         self.rotary.reset()
-        self.rotary_paired.reset()
 
     def extend_rotary(self, old_window: int, new_window: int):
         self.rotary.extend(old_window, new_window)
-        self.rotary_paired.extend(old_window, new_window)
 
     def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
                 sched: ForwardSchedule, w8: tuple[list, list] | None = None) -> Tensor:
@@ -547,7 +542,7 @@ class GPT(nn.Module):
         # split, which makes that re-read a merge of two leading dimensions: other orders left divisions by the
         # symbolic T in the compiled index math, and copies.
         heads = (2, H // 2) if paired else (H,)
-        rot = self.rotary_paired if paired else self.rotary
+        rot = self.rotary
         q, k, v = rot(q.view(T, *heads, Dh)) * rot.q_gain, rot(k.view(T, *heads, Dh)), v.view(T, *heads, Dh)
         if key_offset:  # stationary channels of each key see the previous token: 1-layer induction heads
             k = torch.cat([k[:, :, :Dh // 2], torch.cat([k[:1, :, Dh // 2:], k[:-1, :, Dh // 2:]])], dim=-1)
@@ -1341,7 +1336,7 @@ class MicroStepGraphs:
     custom-op dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs
     normally (it compiles and loads kernels), the second is captured, and from then on each is one replay.
     A graph replays the addresses it captured: batches are copied into static tensors, the schedule's
-    tensors (MTP weights, rotary tables) change in place, and gradients sum into persistent tensors
+    tensors (MTP weights, rotary table) change in place, and gradients sum into persistent tensors
     (GPT.gradients). The graphs share one memory pool: they run one at a time, and none keeps anything
     alive between replays but its loss."""
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
@@ -1430,7 +1425,7 @@ class Trainer:
                                settings.seq_len, self.mtp_weights)
 
     def set_rotary(self, step: int):
-        """YaRN-extend the rotary tables whenever the long window grows (reset first when rewinding)."""
+        """YaRN-extend the rotary table whenever the long window grows (reset first when rewinding)."""
         wanted = self.schedule.rotary_extensions(step)
         if wanted[:len(self.rotary_extensions)] != self.rotary_extensions:
             self.model.reset_rotary()

@@ -318,22 +318,32 @@ def test_cuda_graph_replays_match_eager_micro_steps():
         assert_close(grad.float(), eager_grads[name].float(), atol=2e-2 * scale, rtol=2e-2, name=name)
 
 
-def test_paired_rotary_puts_each_head_at_its_pair_position():
-    """Paired tables: x is (T, 2, heads/2, head_dim) and head h = j * heads/2 + i of token t rotates as position
-    2t + h % 2. Reference: the rotation written out per head, with YaRN-rescaled frequencies."""
+@pytest.mark.parametrize("fill_rows", [7, tg.Rotary.FILL_ROWS])
+def test_rotary_puts_each_head_at_its_position(monkeypatch, fill_rows):
+    """x (T, heads, head_dim): token t rotates as position t. Paired, x is (T, 2, heads/2, head_dim) and head
+    h = j * heads/2 + i of token t rotates as position 2t + h % 2. Reference: the rotation written out per head,
+    with YaRN-rescaled frequencies; the table is filled by blocks of fill_rows."""
+    monkeypatch.setattr(tg.Rotary, "FILL_ROWS", fill_rows)
     T, H, Dh = 40, 6, 32
-    rot = tg.Rotary(tg.GPTConfig(vocab_size=256, model_dim=H * Dh, num_heads=H, head_dim=Dh, max_tokens=64), paired=True)
+    rot = tg.Rotary(tg.GPTConfig(vocab_size=256, model_dim=H * Dh, num_heads=H, head_dim=Dh, max_tokens=64))
     rot.extend(16, 48)
+    t = torch.arange(T, dtype=torch.float32)
+
+    def expected(x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        theta = torch.outer(position, rot.freq)
+        even, odd = x[:, 0::2].float(), x[:, 1::2].float()
+        c, s = theta[:, 0::2].cos(), theta[:, 0::2].sin()  # pairs share a frequency
+        return torch.stack([even * c + odd * s, odd * c - even * s], dim=-1).flatten(-2)
     x = torch.randn(T, 2, H // 2, Dh).bfloat16()
     out = rot(x)
-    t = torch.arange(T, dtype=torch.float32)
     for h in range(H):
         j, i = divmod(h, H // 2)
-        theta = torch.outer(2 * t + h % 2, rot.freq)
-        even, odd = x[:, j, i, 0::2].float(), x[:, j, i, 1::2].float()
-        c, s = theta[:, 0::2].cos(), theta[:, 0::2].sin()  # pairs share a frequency
-        expected = torch.stack([even * c + odd * s, odd * c - even * s], dim=-1).flatten(-2)
-        assert_close(out[:, j, i], expected, atol=2e-2, rtol=2e-2, name=f"paired rotary, head {h}")
+        assert_close(out[:, j, i], expected(x[:, j, i], 2 * t + h % 2), atol=2e-2, rtol=2e-2,
+                     name=f"paired rotary, head {h}")
+    x = torch.randn(T, H, Dh).bfloat16()
+    out = rot(x)
+    for h in range(H):
+        assert_close(out[:, h], expected(x[:, h], t), atol=2e-2, rtol=2e-2, name=f"rotary, head {h}")
 
 
 def test_compiled_graph_has_no_index_math_modulo_the_token_count():

@@ -955,6 +955,16 @@ class NorMuonAdam:
             emb[key].copy_(self._shard("embed", full.T))
         self.tied = False
 
+    def reset(self):
+        """Back to the state __init__ made: tied, no steps, zero moments and mantissas (lr_muls are constants)."""
+        self.tied = True
+        for state in self.state.values():
+            for key, value in state.items():
+                if key == "step":
+                    state[key] = 0
+                elif key != "lr_muls":
+                    value.zero_()
+
     def state_dict(self) -> dict:
         """The live state (copy it to keep it: copy_tree). The touched rows are kept apart (Trainer.snapshot):
         like Adam's carried gradients, they are empty after every Adam step."""
@@ -1504,19 +1514,25 @@ class Trainer:
         else:
             torch._foreach_zero_([*carried["grads"].values(), *carried["touched"].values()])
         self.model.load_state_dict(snap["model"])
-        self.optimizer.load_state_dict(snap["optimizer"])
+        if snap["optimizer"] is None:  # the warm-up's start: the state the optimizer was made with
+            self.optimizer.reset()
+        else:
+            self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])
         self.set_rotary(snap["step"])
 
     def warmup(self):
-        """Untimed: compile every training shape the run will time and capture its CUDA graph by running the
-        schedule's warm-up steps on real data, MicroStepGraphs.WARM_CALLS micro-batches each (the rest replay), then
-        restore the initial state. Validation graphs are left to each window setting's first validation (untimed)."""
+        """Untimed, before the first step: compile every training shape the run will time and capture its CUDA graph
+        by running the schedule's warm-up steps on real data, MicroStepGraphs.WARM_CALLS micro-batches each (the rest
+        replay), then restore the initial state. Validation graphs are left to each window setting's first validation
+        (untimed)."""
         steps, calls = self.schedule.warmup_steps(self.rt.grad_accum_steps), MicroStepGraphs.WARM_CALLS
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
         self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
                  f"starts at {time.time() - PROCESS_START:.1f}s")
-        initial = self.snapshot(0)
+        # The optimizer still has the state it was made with: reset() remakes it, so only the weights are copied
+        # (a copy of the whole state set the run's peak memory: records/enwiki-124/2026-11-27_vs-reference-f5a209d)
+        initial = dict(self.state(0), model=copy_tree(self.model.state_dict()), optimizer=None)
         # The first step makes the FP8 weight copies eagerly: the optimizer's compile helper compiles remake_w8 meanwhile
         remake_w8, self.remake_w8 = self.remake_w8, self.copy_fp8_weights
         with compile_helpers.collector_off():  # collections walked the compile's millions of objects

@@ -142,12 +142,17 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
         assert len(steps) <= expected, steps
 
 
-def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, synthetic_data):
+@pytest.mark.parametrize("untie_frac", ["0.1", "0.9"])
+def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, synthetic_data, untie_frac):
     """The warm-up needs a shape's first two micro-batches (compile, capture); the rest of a step would only replay.
-    It ends where it began: weights, optimizer state, gradients and data position."""
+    It ends where it began: weights, optimizer state (also where it unties the embedding: untie_frac 0.1 makes
+    step 1 the split step), gradients and data position."""
     hp = settings(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
-                                "--num_scheduled_steps", "6", "--num_extension_steps", "1", "--log_dir", str(tmp_path)])
+                                "--num_scheduled_steps", "6", "--num_extension_steps", "1", "--untie_frac", untie_frac,
+                                "--log_dir", str(tmp_path)])
     trainer = cpu_trainer(hp)
+    unties = trainer.schedule.split_step in trainer.schedule.warmup_steps(trainer.rt.grad_accum_steps)
+    assert unties == (untie_frac == "0.1")
     assert trainer.rt.grad_accum_steps > 2
     sizes, collecting, micro_step = [], set(), trainer.micro_step
 

@@ -119,14 +119,16 @@ def draw(runs: list[Run], labels: list[str], out):
     """Both panels share colors, so one legend below them names each log (and its final loss)."""
     fig, (loss_ax, stage_ax) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
     width = 0.8 / len(runs)  # of one bar: each stage's group of bars spans 0.8 of a tick
+    colors = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors  # tab10's cycle repeats after 10 logs
     for i, (run, label) in enumerate(zip(runs, labels)):
+        color = colors[i % len(colors)]
         _, seconds, losses = zip(*run.val) if run.val else ((), (), ())
         final = f"final val loss {losses[-1]:.4f}" if losses else "no validation"
-        loss_ax.plot(seconds, losses, marker="o", color=f"C{i}", label=f"{label} ({final})")
+        loss_ax.plot(seconds, losses, marker="o", color=color, label=f"{label} ({final})")
         if run.train:
-            loss_ax.plot(*zip(*run.train), color=f"C{i}", alpha=0.35, linewidth=0.8)
+            loss_ax.plot(*zip(*run.train), color=color, alpha=0.35, linewidth=0.8)
         x = [stage + (i - (len(runs) - 1) / 2) * width for stage in range(len(run.stage_ms))]
-        bars = stage_ax.bar(x, run.stage_ms, width, color=f"C{i}")
+        bars = stage_ax.bar(x, run.stage_ms, width, color=color)
         # Side by side, numbers wider than their bar would run together: turn them upright.
         stage_ax.bar_label(bars, fmt="%.0f", fontsize=7, padding=2, rotation=90 if len(runs) > 3 else 0)
     loss_ax.set(title="Loss: validation (dots), training (thin line: MTP-weighted, per token)",

@@ -1533,13 +1533,10 @@ class Trainer:
         # The optimizer still has the state it was made with: reset() remakes it, so only the weights are copied
         # (a copy of the whole state set the run's peak memory: records/enwiki-124/2026-11-27_vs-reference-f5a209d)
         initial = dict(self.state(0), model=copy_tree(self.model.state_dict()), optimizer=None)
-        # The first step makes the FP8 weight copies eagerly: the optimizer's compile helper compiles remake_w8 meanwhile
-        remake_w8, self.remake_w8 = self.remake_w8, self.copy_fp8_weights
         with compile_helpers.collector_off():  # collections walked the compile's millions of objects
             for i, step in enumerate(steps, 1):
                 settings, data = self.schedule.at(step), self.next_batches(step)
                 self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:calls]))
-                self.remake_w8 = remake_w8
                 self.sync()
                 self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
                          f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "

@@ -7,8 +7,11 @@ settings run again with ROLE in their environment, fill the shared Inductor and 
   exits. The run, which compiled its forward meanwhile, waits for it at its own backward compile and then finds that
   graph in Inductor's cache (the same graph, so the same key).
 - "optimizer" runs the first two steps, one micro-batch each, with the model uncompiled: that compiles the
-  optimizer's graphs (NorMuon's on step 0, Adam's on step 1) and the FP8 weight copies' (Trainer.remake_w8, which
-  the run first calls on its second warm-up step), and builds the project's own Triton kernels.
+  optimizer's graphs (NorMuon's on step 0, Adam's on step 1) and builds the project's own Triton kernels.
+
+Both make the FP8 weight copies eagerly. That graph (Trainer.remake_w8) the run compiles itself, first thing in its
+first step: a helper could spare it only the Inductor part (the caller traces a graph either way), and before the
+run's forward its whole compile fits in the time the run later waits for the backward helper.
 
 Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
 costs the run at most the bounded wait, and it compiles what it does not find. With warm caches the backward helper
@@ -181,6 +184,7 @@ def serve(trainer) -> int:
         return 1
     gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
     from torch._functorch._aot_autograd import graph_compile
+    trainer.remake_w8 = trainer.copy_fp8_weights  # eager: the run compiles that graph
     if role() == "backward":
         compile_backward = graph_compile._aot_stage2b_bw_compile
 
@@ -194,7 +198,6 @@ def serve(trainer) -> int:
             trainer.forward_backward(mb, sched)  # with empty caches compile_and_exit ends the process in here
             os._exit(0)  # warm caches: there was nothing to compile
         trainer.micro_step = compile_micro_step
-        trainer.remake_w8 = trainer.copy_fp8_weights  # eager: that small graph is the optimizer helper's to compile
     else:
         os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
         trainer.forward, trainer.micro_step = trainer.model, trainer.forward_backward  # eager, no CUDA graphs

@@ -228,7 +228,7 @@ TOY = textwrap.dedent("""
             for mb in data.micro_batches:
                 self.micro_step(mb, None)
 
-        def copy_fp8_weights(self):  # the backward helper's remake_w8
+        def copy_fp8_weights(self):  # a helper's remake_w8
             pass
 
         def sync(self):

@@ -6,8 +6,8 @@ settings run again with ROLE in their environment, fill the shared Inductor and 
 - "backward" traces the model as the run does, skips the forward's Inductor compile, compiles the backward and
   exits. The run, which compiled its forward meanwhile, waits for it at its own backward compile and then finds that
   graph in Inductor's cache (the same graph, so the same key).
-- "optimizer" runs the first two steps, one micro-batch each, with the model uncompiled: that compiles the
-  optimizer's graphs (NorMuon's on step 0, Adam's on step 1) and builds the project's own Triton kernels.
+- "optimizer" compiles the optimizer's graphs (NorMuon's and Adam's) from zero gradients, then runs the first two
+  steps, one micro-batch each, with the model uncompiled: that builds the project's own Triton kernels.
 
 Both make the FP8 weight copies eagerly. That graph (Trainer.remake_w8) the run compiles itself, first thing in its
 first step: a helper could spare it only the Inductor part (the caller traces a graph either way), and before the
@@ -201,8 +201,22 @@ def serve(trainer) -> int:
     else:
         os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
         trainer.forward, trainer.micro_step = trainer.model, trainer.forward_backward  # eager, no CUDA graphs
+        compile_optimizer(trainer)
     for step in (0, 1):
         data = trainer.next_batches(step)
         trainer.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
     trainer.sync()
     return 0
+
+
+def compile_optimizer(trainer):
+    """The optimizer's graphs (NorMuon's on an even step, Adam's on an odd one) from zero gradients, before any
+    micro-step: a compile reads only the gradients' shapes, and the run needs these graphs right after its first
+    backward, while the eager micro-steps first build every Triton kernel the model calls."""
+    import torch
+    grads = trainer.model.gradients()
+    for name, p in trainer.model.named_parameters():
+        if grads[name] is None:  # as the first backward would leave it
+            p.grad = torch.zeros_like(p)
+    for step in (0, 1):
+        trainer.optimizer.step(*trainer.optimizer_args(step))

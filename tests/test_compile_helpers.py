@@ -17,7 +17,7 @@ import torch
 from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
-from tests.utils import REPO, TINY_FLAGS
+from tests.utils import REPO, TINY_FLAGS, cpu_trainer, settings
 
 
 def wanted(**changes) -> SimpleNamespace:
@@ -199,6 +199,7 @@ TOY = textwrap.dedent("""
     import gc
     import os
     import sys
+    from types import SimpleNamespace
     import torch
     sys.path.insert(0, {repo!r})
     from harness import compile_helpers
@@ -206,9 +207,20 @@ TOY = textwrap.dedent("""
     def toy(x, w):  # dynamic shapes: Inductor compiles the backward right after the forward, as for the model
         return ((x @ w).relu() * x.sum(1, keepdim=True)).sum()
 
+    class Model:  # what compile_helpers.serve uses of train_gpt.GPT
+        def __call__(self, x, w):
+            return toy(x, w)
+
+        def gradients(self):
+            return {{}}
+
+        def named_parameters(self):
+            return iter(())
+
     class Trainer:  # what compile_helpers.serve uses of train_gpt.Trainer
         def __init__(self):
-            self.model = toy
+            self.model = Model()
+            self.optimizer = SimpleNamespace(step=lambda: None)
             self.forward = torch.compile(toy, dynamic=True, fullgraph=True)
             self.micro_step = self.forward_backward
             self.x, self.w = torch.randn(37, 8), torch.randn(8, 5, requires_grad=True)
@@ -230,6 +242,9 @@ TOY = textwrap.dedent("""
 
         def copy_fp8_weights(self):  # a helper's remake_w8
             pass
+
+        def optimizer_args(self, step):
+            return ()
 
         def sync(self):
             pass
@@ -306,3 +321,24 @@ def test_a_script_run_spawns_its_helpers_first_and_stops_them_where_torch_has_no
     assert done.returncode == 0, done.stderr[-2000:]
     kill = -compile_helpers.signal.SIGKILL
     assert states.read_text() == f"2 None [{kill}, {kill}]", states.read_text()
+
+
+@pytest.mark.skipif(not shutil.which(os.environ.get("CXX", "g++")), reason="Inductor's CPU backend needs a C++ compiler")
+def test_the_optimizer_helper_compiles_the_graphs_the_first_steps_use(tmp_path, synthetic_data):
+    """From zero gradients, before any micro-step, compile_optimizer compiles every graph the first two steps'
+    optimizer calls (NorMuon's, then Adam's): after it, those steps compile nothing (else the helper would leave the
+    run graphs of other shapes than its own steps need)."""
+    hp = settings(TINY_FLAGS[:2] + TINY_FLAGS[4:] + ["--train_files", synthetic_data["train"], "--val_files",
+                                                      synthetic_data["val"], "--num_scheduled_steps", "6",
+                                                      "--log_dir", str(tmp_path)])
+    trainer = cpu_trainer(hp)
+    trainer.forward, trainer.micro_step = trainer.model, trainer.forward_backward  # as the optimizer helper runs
+    graphs = torch._dynamo.utils.counters["stats"]
+    before = graphs["unique_graphs"]
+    compile_helpers.compile_optimizer(trainer)
+    compiled = graphs["unique_graphs"]
+    assert compiled > before
+    for step in (0, 1):
+        data = trainer.next_batches(step)
+        trainer.train_step(step, compile_helpers.dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
+    assert graphs["unique_graphs"] == compiled

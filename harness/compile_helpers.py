@@ -152,7 +152,7 @@ class CompileHelpers:
             return ""
         counts = torch._dynamo.utils.counters["inductor"]
         waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
-        # a cold start compiles its forward here; any more were missed by the helpers (too late, or another key)
+        # a cold start compiles its forward here (and the FP8 weight copies'); more were missed by the helpers
         return (f"compile helpers: {', '.join(states)}{waited}; {counts['fxgraph_cache_hit']} graphs came from "
                 f"Inductor's cache, {counts['fxgraph_cache_miss']} compiled here")
 

@@ -328,8 +328,8 @@ def test_a_script_run_spawns_its_helpers_first_and_stops_them_where_torch_has_no
 @pytest.mark.skipif(not shutil.which(os.environ.get("CXX", "g++")), reason="Inductor's CPU backend needs a C++ compiler")
 def test_the_optimizer_helper_compiles_the_graphs_the_first_steps_use(tmp_path, synthetic_data):
     """From zero gradients, before any micro-step, compile_optimizer compiles every graph the first two steps'
-    optimizer calls (NorMuon's, then Adam's): after it, those steps compile nothing (else the helper would leave the
-    run graphs of other shapes than its own steps need)."""
+    optimizer calls (NorMuon's, then Adam's): after it, those steps compile nothing, so its graphs are the ones the
+    run will look up in the cache."""
     hp = settings(TINY_FLAGS[:2] + TINY_FLAGS[4:] + ["--train_files", synthetic_data["train"], "--val_files",
                                                       synthetic_data["val"], "--num_scheduled_steps", "6",
                                                       "--log_dir", str(tmp_path)])

@@ -428,15 +428,17 @@ class GPT(nn.Module):
         D = self.cfg.model_dim
         return {"attn_bank": (4 * len(self.cfg.attn_layers), D, D), "mlp_bank": (2 * self.cfg.mlp_bank_layers, 4 * D, D)}
 
-    def fp8_weights(self) -> tuple[list, list] | None:
-        """The e4m3 copies of the weights that the FP8 body's matmuls read, by layer (QKV: attention layers, MLP: all),
-        made once per optimizer step by the trainer, not every micro-batch. None unless the whole body is FP8."""
+    def fp8_weights(self) -> tuple[tuple, tuple] | None:
+        """The e4m3 copies of the weights that the FP8 body's matmuls read, stacked by layer (QKV: attention layers,
+        MLP: all), made once per optimizer step by the trainer, not every micro-batch. None unless the whole body is
+        FP8. A cast per bank, not per layer: the graph remaking them compiles several times faster, on a cold start's
+        critical path (records/enwiki-124/2026-11-27_fp8-weight-copies-stacked)."""
         cfg, D = self.cfg, self.cfg.model_dim
         if not (cfg.fp8_qkv and cfg.fp8_mlp_blocks):
             return None
         with torch.no_grad():
-            w8 = ([fp8_tensor(lam[0] * w[:3 * D]) for lam, w in zip(self.attn_lambdas.bfloat16(), self.attn_bank)],
-                  [mlp_fp8_weights(*bank) for bank in self.mlp_bank[:cfg.num_layers]])
+            w8 = (fp8_tensor(self.attn_lambdas.bfloat16()[:, 0, None, None] * self.attn_bank[:, :3 * D]),
+                  mlp_fp8_weights(*self.mlp_bank[:cfg.num_layers].unbind(1)))
         if not torch.compiler.is_compiling():  # dynamic=True makes a plain tensor input's shape symbolic: fix these
             for t in tree_leaves(w8):
                 torch._dynamo.mark_static(t)
@@ -449,7 +451,7 @@ class GPT(nn.Module):
         self.rotary.extend(old_window, new_window)
 
     def forward(self, inputs: Tensor, targets: Tensor, cu_seqlens: Tensor, bigram_inputs: Tensor,
-                sched: ForwardSchedule, w8: tuple[list, list] | None = None) -> Tensor:
+                sched: ForwardSchedule, w8: tuple[tuple, tuple] | None = None) -> Tensor:
         """inputs/targets/bigram_inputs: (T,) token ids; cu_seqlens: (capacity,) int32; w8: fp8_weights(), current.
         Training: returns the summed MTP loss over positions. Eval: the mean next-token loss."""
         cfg = self.cfg
@@ -459,7 +461,8 @@ class GPT(nn.Module):
         attn_w = dict(zip(cfg.attn_layers, self.attn_bank.unbind(0)))  # layer -> (4D, D)
         attn_gate = dict(zip(cfg.attn_layers, self.attn_gate_bank.unbind(0)))  # layer -> (H, G)
         attn_lam = dict(zip(cfg.attn_layers, self.attn_lambdas.bfloat16().unbind(0)))  # layer -> (2,)
-        qkv8, mlp8 = (dict(zip(cfg.attn_layers, w8[0])), w8[1]) if w8 else ({}, [])
+        qkv8, mlp8 = ({}, []) if w8 is None else (dict(zip(cfg.attn_layers, zip(*(t.unbind(0) for t in w8[0])))),
+                                                  list(zip(*(t.unbind(0) for t in w8[1]))))
         w_in, w_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
         w_in, w_out = w_in.unbind(0), w_out.unbind(0)
         resid_attn, resid_mlp = self.resid_lambdas.bfloat16().unbind(1)

@@ -11,7 +11,8 @@ settings run again with ROLE in their environment, fill the shared Inductor and 
 
 Both make the FP8 weight copies eagerly. That graph (Trainer.remake_w8) the run compiles itself, first thing in its
 first step: a helper could spare it only the Inductor part (the caller traces a graph either way), and before the
-run's forward its whole compile fits in the time the run later waits for the backward helper.
+run's forward its whole compile (a few kernels over the stacked banks) fits in the time the run later waits for the
+backward helper (records/enwiki-124/2026-11-27_fp8-weight-copies-stacked).
 
 Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
 costs the run at most the bounded wait, and it compiles what it does not find. With warm caches the backward helper

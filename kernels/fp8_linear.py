@@ -26,8 +26,8 @@ def scale_of(amax: Tensor) -> Tensor:
 
 
 def amax_scale(t: Tensor) -> Tensor:
-    """0-d fp32 amax(|t|) / 448: t / scale fills e4m3's range."""
-    return scale_of(t.abs().amax())
+    """amax(|t|) / 448 over t's last two dimensions (..., N, K), fp32 of shape (...): t / scale fills e4m3's range."""
+    return scale_of(t.abs().amax((-2, -1)))
 
 
 def fp8_rows(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -37,9 +37,11 @@ def fp8_rows(t: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def fp8_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
-    """e4m3 t / scale and that scale (amax_scale(t)): one scale for the whole tensor."""
+    """e4m3 t / scale and that scale (amax_scale(t)): one scale for each matrix of t (..., N, K), 0-d for one. A
+    stack's scales lie 16 bytes apart: cuBLASLt refuses a scale pointer off a 16-byte boundary (NOT_SUPPORTED)."""
     scale = amax_scale(t)
-    return (t / scale).to(E4M3), scale
+    t8 = (t / scale[..., None, None]).to(E4M3)
+    return t8, (scale if scale.dim() == 0 else torch.nn.functional.pad(scale[..., None], (0, 3))[..., 0])
 
 
 def fp8_operands(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -93,13 +95,14 @@ def fp8_linear_reference(x8: Tensor, w8: Tensor, w_scale: Tensor) -> Tensor:
 # over it), and each 128x128 block of the weight its own.
 
 def fp8_weight_blocks(w: Tensor) -> tuple[Tensor, Tensor]:
-    """w (N, K), N and K multiples of 128 (a transposed view too), as fp8_block_mm's right operand: e4m3 (N, K) of w
-    over the amax(|block|) / 448 of each 128x128 block, and those scales as an (N / 128, K / 128) fp32 tensor."""
-    N, K = w.shape
+    """w (..., N, K), N and K multiples of 128 (a transposed view too), as fp8_block_mm's right operand: e4m3 (..., N,
+    K) of w over the amax(|block|) / 448 of each 128x128 block, and those scales as a (..., N / 128, K / 128) fp32
+    tensor (leading dimensions: a stack of matrices, each on its own)."""
+    *lead, N, K = w.shape
     assert N % FP8_BLOCK == 0 and K % FP8_BLOCK == 0, f"128x128 blocks need both sizes multiples of 128; got {N}, {K}"
-    blocks = w.float().reshape(N // FP8_BLOCK, FP8_BLOCK, K // FP8_BLOCK, FP8_BLOCK)
-    scale = scale_of(blocks.abs().amax((1, 3)))
-    return (blocks / scale[:, None, :, None]).to(E4M3).reshape(N, K).contiguous(), scale
+    blocks = w.float().reshape(*lead, N // FP8_BLOCK, FP8_BLOCK, K // FP8_BLOCK, FP8_BLOCK)
+    scale = scale_of(blocks.abs().amax((-3, -1)))
+    return (blocks / scale[..., None, :, None]).to(E4M3).reshape(*lead, N, K).contiguous(), scale
 
 
 def fp8_block_mm(a8: Tensor, a_scale: Tensor, b8: Tensor, b_scale: Tensor, out_dtype: torch.dtype) -> Tensor:

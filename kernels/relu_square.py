@@ -302,8 +302,8 @@ relu_square_mlp_fp8_op.register_autograd(_mlp_fp8_backward, setup_context=_mlp_f
 def mlp_fp8_weights(w_in: torch.Tensor, w_out: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Every FP8 copy of one layer's weights that relu_square_mlp_fp8 with blocks reads: e4m3 w_in and its scale
     (the forward's first matmul), w_outᵀ's 128x128 blocks and their scales (its second), w_inᵀ's (the backward's
-    dx) and e4m3 w_out and its scale (the backward's d_pre)."""
-    return (*fp8_tensor(w_in), *fp8_weight_blocks(w_out.T), *fp8_weight_blocks(w_in.T), *fp8_tensor(w_out))
+    dx) and e4m3 w_out and its scale (the backward's d_pre). Stacks of layers (L, 4D, D) give stacks of each."""
+    return (*fp8_tensor(w_in), *fp8_weight_blocks(w_out.mT), *fp8_weight_blocks(w_in.mT), *fp8_tensor(w_out))
 
 
 def relu_square_mlp_fp8(x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,

@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels.fp8_linear import (E4M3, E4M3_MAX, FP8_BLOCK, amax_scale, fp8_block_mm, fp8_block_mm_reference,
-                                fp8_linear, fp8_linear_op, fp8_linear_reference, fp8_operands, fp8_weight_blocks)
+                                fp8_linear, fp8_linear_op, fp8_linear_reference, fp8_operands, fp8_tensor,
+                                fp8_weight_blocks)
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 # (T, K, N): rows of K and N bytes in e4m3 must be multiples of 16
@@ -140,6 +141,23 @@ def test_fp8_weight_blocks():
     expected = (blocks / scale[:, None, :, None]).to(E4M3).reshape(256, 384)
     assert torch.equal(w8.view(torch.uint8), expected.view(torch.uint8))
     assert (w8.float().view(2, FP8_BLOCK, 3, FP8_BLOCK).abs().amax((1, 3))[scale > 1e-30] == E4M3_MAX).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_stack_of_weights_is_each_weight_on_its_own(dtype):
+    """The trainer makes the copies of a whole bank of layers at once (one graph of a few kernels): each layer's copy
+    and scales equal, bit for bit, the ones made from that layer alone, also from transposed views."""
+    stack = torch.randn(3, 512, 384, device=DEVICE) * torch.exp2(torch.arange(3.0, device=DEVICE) * 5)[:, None, None]
+    stack[1, :128, 128:256] = 0  # one all-zero block
+    stack = stack.to(dtype)
+    for make, view in ((fp8_tensor, lambda t: t), (fp8_weight_blocks, lambda t: t.mT)):
+        together = make(view(stack))
+        for i, layer in enumerate(stack.unbind(0)):
+            for got, alone in zip(together, make(view(layer))):
+                assert got[i].shape == alone.shape and got[i].dtype == alone.dtype
+                assert torch.equal(got[i].view(torch.uint8) if got.dtype == E4M3 else got[i],
+                                   alone.view(torch.uint8) if alone.dtype == E4M3 else alone), f"{make.__name__}, {i}"
+                assert got[i].data_ptr() % 16 == 0, "cuBLASLt refuses operands and scales off 16-byte boundaries"
 
 
 def test_fp8_block_mm_refuses_scales_cublaslt_misreads():

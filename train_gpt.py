@@ -461,8 +461,8 @@ class GPT(nn.Module):
         attn_w = dict(zip(cfg.attn_layers, self.attn_bank.unbind(0)))  # layer -> (4D, D)
         attn_gate = dict(zip(cfg.attn_layers, self.attn_gate_bank.unbind(0)))  # layer -> (H, G)
         attn_lam = dict(zip(cfg.attn_layers, self.attn_lambdas.bfloat16().unbind(0)))  # layer -> (2,)
-        qkv8, mlp8 = ({}, []) if w8 is None else (dict(zip(cfg.attn_layers, zip(*(t.unbind(0) for t in w8[0])))),
-                                                  list(zip(*(t.unbind(0) for t in w8[1]))))
+        qkv8, mlp8 = [list(zip(*(t.unbind(0) for t in stacks))) for stacks in w8] if w8 else ([], [])  # by layer
+        qkv8 = dict(zip(cfg.attn_layers, qkv8))
         w_in, w_out = self.mlp_bank.unbind(1)  # (n_bank, 4D, D) each
         w_in, w_out = w_in.unbind(0), w_out.unbind(0)
         resid_attn, resid_mlp = self.resid_lambdas.bfloat16().unbind(1)

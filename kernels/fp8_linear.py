@@ -13,6 +13,7 @@ contiguous, which x (T, K) and w (N, K) already are: no transposed copy. Under t
 the kernels that make x and w.
 """
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 E4M3 = torch.float8_e4m3fn
@@ -41,7 +42,7 @@ def fp8_tensor(t: Tensor) -> tuple[Tensor, Tensor]:
     stack's scales lie 16 bytes apart: cuBLASLt refuses a scale pointer off a 16-byte boundary (NOT_SUPPORTED)."""
     scale = amax_scale(t)
     t8 = (t / scale[..., None, None]).to(E4M3)
-    return t8, (scale if scale.dim() == 0 else torch.nn.functional.pad(scale[..., None], (0, 3))[..., 0])
+    return t8, (scale if scale.dim() == 0 else F.pad(scale[..., None], (0, 3))[..., 0])
 
 
 def fp8_operands(x: Tensor, w: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -39,9 +39,10 @@ def logs(tmp_path):
     return tmp_path
 
 
-def argv(d, fp8=("p0", "p1", "p2"), exact=("e0", "e1"), cold="p0", reference="ref", device="nvidia-h100-x1"):
+def argv(d, fp8=("p0", "p1", "p2"), exact=("e0", "e1"), cold=("p0",), reference="ref", device="nvidia-h100-x1"):
     return (["--reference", str(d / f"{reference}.txt"), "--fp8", *(str(d / f"{n}.txt") for n in fp8),
-             "--exact", *(str(d / f"{n}.txt") for n in exact), "--cold", str(d / f"{cold}.txt"), "--device", device])
+             "--exact", *(str(d / f"{n}.txt") for n in exact), "--cold", *(str(d / f"{n}.txt") for n in cold),
+             "--device", device])
 
 
 def test_the_record_line(logs, capsys):
@@ -57,10 +58,24 @@ def test_the_record_line(logs, capsys):
     assert not any(line.startswith("| cold start") for line in out)  # p0 is already a row
 
 
+def test_cold_starts_median(logs, capsys):
+    """start_s is the median of the --cold runs' start-ups; a cold start stopped after its first timed step counts,
+    with a row of its own."""
+    stopped = project_log(0, True, 2000, 3.95, startup=71.0).split("step:1/")[0]  # config and start-up, no steps
+    (logs / "c1.txt").write_text(stopped)
+    (logs / "c2.txt").write_text(stopped.replace("startup: 71.0s", "startup: 47.5s"))
+    assert vs_reference.main(argv(logs, cold=("p0", "c1", "c2"))) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].endswith(" start_s=55.0") and "cold starts: 55.0, 71.0, 47.5 s; median 55.0 s" in out
+    assert "| cold start (c1.txt) | | | | 71.0 s | |" in out
+
+
 @pytest.mark.parametrize("case,words", [
     (dict(fp8=("p0", "e1")), ["e1.txt", "fp8_body=False", "--fp8 takes runs with --fp8_body True"]),
     (dict(exact=("e0", "p1")), ["p1.txt", "fp8_body=True", "--exact"]),
-    (dict(cold="e0"), ["e0.txt", "fp8_body=False"]),
+    (dict(cold=("e0",)), ["e0.txt", "fp8_body=False", "--fp8_body True"]),
+    (dict(cold=("p0", "nostart")), ["nostart.txt", "no `startup:` line"]),
+    (dict(cold=("other",)), ["other.txt", "num_scheduled_steps=5", "same schedule"]),
     (dict(fp8=("p0", "p0")), ["--fp8", "seeds [0, 0] repeat"]),
     (dict(exact=("e0", "short")), ["short.txt", "other steps", "one schedule"]),
     (dict(reference="cut"), ["cut.txt", "not at step 8"]),
@@ -70,6 +85,8 @@ def test_the_record_line(logs, capsys):
 def test_refusals(logs, capfd, case, words):
     """One `error:` line naming the file and the fix; nothing printed to stdout."""
     (logs / "short.txt").write_text(project_log(3, False, 2000, 3.9, total=7))
+    (logs / "nostart.txt").write_text(project_log(0, True, 2000, 3.9).replace("startup:", "start:"))
+    (logs / "other.txt").write_text(project_log(0, True, 2000, 3.9).replace("scheduled_steps=6", "scheduled_steps=5"))
     (logs / "cut.txt").write_text(REFERENCE.replace("step:8/8 val_loss:4.0000 train_time:2500ms step_avg:1.00ms\n", ""))
     with pytest.raises(SystemExit) as e:
         vs_reference.main(argv(logs, **case))

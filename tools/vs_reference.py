@@ -1,15 +1,16 @@
 """The project against the reference from finished runs' logs: a table of the runs, the medians, the ratios by stage,
 and the one `ab:` line a record of the comparison carries.
 
-    python3 tools/vs_reference.py --reference REF_LOG --fp8 LOG [LOG ...] --exact LOG [LOG ...] --cold LOG
-                                  --device KIND
+    python3 tools/vs_reference.py --reference REF_LOG --fp8 LOG [LOG ...] --exact LOG [LOG ...]
+                                  --cold LOG [LOG ...] --device KIND
 
---fp8 takes the project's runs in its default numerics (`--fp8_body`), --exact those of the exact math
-(`--fp8_body False`), one seed each; --cold the log of a run in the default numerics that started from empty compile
-caches (its start-up is the line's start_s; it may be one of the --fp8 runs); --device the machine's kind (e.g.
-nvidia-h100-x1). The reference's log is modded-nanogpt's; its stages come from its step lines, with the project's
-number of scheduled steps. Times are train times without validation (each log's last val line); the ratio is the
-median of the --fp8 runs over the reference's run. Prints to stdout; writes nothing.
+--fp8 takes the project's runs in its default numerics (`--fp8_body`), --exact those of the exact math (`--fp8_body
+False`), one seed each; --cold the logs of runs in the default numerics that started from empty compile caches (the
+median of their start-ups is the line's start_s; they may be --fp8 runs, or runs stopped once their first timed step
+began); --device the machine's kind (e.g. nvidia-h100-x1). The reference's log is modded-nanogpt's; its stages come
+from its step lines, with the project's number of scheduled steps. Times are train times without validation (each
+log's last val line); the ratio is the median of the --fp8 runs over the reference's run. Prints to stdout; writes
+nothing.
 """
 import re
 import statistics
@@ -52,6 +53,21 @@ def project_run(path: Path, fp8: bool) -> dict:
                 peak_mib=int(m[1]) if (m := PEAK.search(text)) else None)
 
 
+def cold_start(path: Path, scheduled: int) -> dict:
+    """A default-numerics run of `scheduled` steps from empty caches: its start-up (it may have stopped after it)."""
+    text = path.read_text(errors="replace")
+    config = settings(path, text)
+    if config.get("fp8_body") != "True":
+        raise cli.Error(f"{path}: fp8_body={config.get('fp8_body')}, but --cold takes cold starts of the default "
+                        "numerics (--fp8_body True)")
+    if config.get("num_scheduled_steps") != str(scheduled):
+        raise cli.Error(f"{path}: num_scheduled_steps={config.get('num_scheduled_steps')}, not the --fp8 runs' "
+                        f"{scheduled}; give --cold cold starts of the same schedule")
+    if not (m := STARTUP.search(text)):
+        raise cli.Error(f"{path}: no `startup:` line; give --cold a log of a run that reached its first timed step")
+    return dict(path=path, startup_s=float(m[1]))
+
+
 def numerics_name(run: dict) -> str:
     """The record line's name of the default numerics (`--fp8_body`: FP8 head, QKV and MLP)."""
     return "fp8-head-qkv-mlp" if run["fp8_head"] else "fp8-qkv-mlp"
@@ -75,23 +91,22 @@ def main(argv=None):
     p.add_argument("--reference", required=True, type=Path, help="the reference's log (modded-nanogpt)")
     p.add_argument("--fp8", required=True, nargs="+", type=Path, help="the project's runs, default numerics")
     p.add_argument("--exact", required=True, nargs="+", type=Path, help="the project's runs, --fp8_body False")
-    p.add_argument("--cold", required=True, type=Path, help="a default-numerics run from empty compile caches")
+    p.add_argument("--cold", required=True, nargs="+", type=Path,
+                   help="default-numerics runs from empty compile caches (start_s: their median start-up)")
     p.add_argument("--device", required=True, help="the machine's kind, e.g. nvidia-h100-x1")
     args = p.parse_args(argv)
     if not KIND.fullmatch(args.device):
         p.error(f"--device {args.device!r}: name the kind in lower case, digits and dashes (e.g. nvidia-h100-x1)")
     fp8, exact = [project_run(f, True) for f in args.fp8], [project_run(f, False) for f in args.exact]
-    cold = project_run(args.cold, True)
     for flag, runs in (("--fp8", fp8), ("--exact", exact)):
         if len(seeds := [r["seed"] for r in runs]) != len(set(seeds)):
             raise cli.Error(f"{flag}: seeds {seeds} repeat; give one run per seed")
-    runs = fp8 + exact + [cold]
+    runs = fp8 + exact
     if mixed := [str(r["path"]) for r in runs if r["steps"] != fp8[0]["steps"]]:
         raise cli.Error(f"{', '.join(mixed)}: other steps than {fp8[0]['path']} (scheduled, total); compare runs of one "
                         "schedule")
-    if cold["startup_s"] is None:
-        raise cli.Error(f"{args.cold}: no `startup:` line; give --cold a run's full log")
     scheduled, total = fp8[0]["steps"]
+    colds = [cold_start(f, scheduled) for f in args.cold]
     ref = parse_log(args.reference, scheduled_steps=scheduled)
     if not ref.val or ref.val[-1][0] != total or len(ref.stage_ms) < 3:
         raise cli.Error(f"{args.reference}: its last validation is not at step {total} (the project's last) with "
@@ -104,8 +119,8 @@ def main(argv=None):
              "| --- | --- | --- | --- | --- | --- |"]
     lines += [table_row(f"project seed {r['seed']} ({r['path'].name})", r) for r in fp8]
     lines += [table_row(f"exact math seed {r['seed']} ({r['path'].name})", r) for r in exact]
-    if args.cold.resolve() not in [f.resolve() for f in args.fp8]:
-        lines.append(table_row(f"cold start ({args.cold.name})", cold))
+    lines += [f"| cold start ({c['path'].name}) | | | | {c['startup_s']:.1f} s | |" for c in colds
+              if c["path"].resolve() not in [f.resolve() for f in args.fp8]]
     lines += [table_row(f"reference ({args.reference.name})", reference),
               table_row(f"project, medians of {len(fp8)}", med_fp8),
               table_row(f"exact math, medians of {len(exact)}", med_exact)]
@@ -113,11 +128,13 @@ def main(argv=None):
         ratios = " / ".join(f"{a / b:.3f}" for a, b in zip(med["stage_ms"], reference["stage_ms"]))
         lines.append(f"| {name} / reference | {med['loss'] - reference['loss']:+.4f} | "
                      f"{med['train_s'] / reference['train_s']:.4f} | {ratios} | | |")
-    lines += ["", f"FP8 loss median - exact median: {med_fp8['loss'] - med_exact['loss']:+.4f}", "",
+    start_s = statistics.median(c["startup_s"] for c in colds)
+    lines += ["", f"FP8 loss median - exact median: {med_fp8['loss'] - med_exact['loss']:+.4f}",
+              f"cold starts: {', '.join(format(c['startup_s'], '.1f') for c in colds)} s; median {start_s:.1f} s", "",
               f"ab: ratio={med_fp8['train_s'] / reference['train_s']:.4f} reference_s={reference['train_s']:.2f} "
               f"project_s={med_fp8['train_s']:.2f} reference_loss={reference['loss']:.4f} "
               f"project_loss={med_fp8['loss']:.4f} exact_loss={med_exact['loss']:.4f} seeds={min(len(fp8), len(exact))} "
-              f"device={args.device} numerics={numerics_name(cold)} start_s={cold['startup_s']:.1f}"]
+              f"device={args.device} numerics={numerics_name(fp8[0])} start_s={start_s:.1f}"]
     print("\n".join(lines))
     return 0
 

@@ -34,16 +34,19 @@ def settings(path: Path, text: str) -> dict:
     return dict(SETTING.findall(m[1]))
 
 
+def check_numerics(path: Path, config: dict, fp8: bool, flag: str):
+    if config.get("fp8_body") != str(fp8):
+        raise cli.Error(f"{path}: fp8_body={config.get('fp8_body')}, but {flag} takes runs with --fp8_body {fp8}; "
+                        "give each log to its numerics")
+
+
 def project_run(path: Path, fp8: bool) -> dict:
     """One project run: its seed, steps, train time, val loss, stages, start-up and peak memory."""
     text = path.read_text(errors="replace")
     config, parsed = settings(path, text), parse_log(path)
     if missing := [k for k in ("seed", "num_scheduled_steps", "fp8_body") if k not in config]:
         raise cli.Error(f"{path}: its `config:` line lacks {', '.join(missing)}; is it from this project's train_gpt.py?")
-    if config.get("fp8_body") != str(fp8):
-        flag = "--fp8" if fp8 else "--exact"
-        raise cli.Error(f"{path}: fp8_body={config.get('fp8_body')}, but {flag} takes runs with --fp8_body {fp8}; "
-                        "give each log to its numerics")
+    check_numerics(path, config, fp8, "--fp8" if fp8 else "--exact")
     if not parsed.val or len(parsed.stage_ms) < 3:
         raise cli.Error(f"{path}: no final validation or `ms/step by stage` line; did the run finish?")
     step, train_s, loss = parsed.val[-1]
@@ -57,9 +60,7 @@ def cold_start(path: Path, scheduled: int) -> dict:
     """A default-numerics run of `scheduled` steps from empty caches: its start-up (it may have stopped after it)."""
     text = path.read_text(errors="replace")
     config = settings(path, text)
-    if config.get("fp8_body") != "True":
-        raise cli.Error(f"{path}: fp8_body={config.get('fp8_body')}, but --cold takes cold starts of the default "
-                        "numerics (--fp8_body True)")
+    check_numerics(path, config, True, "--cold")
     if config.get("num_scheduled_steps") != str(scheduled):
         raise cli.Error(f"{path}: num_scheduled_steps={config.get('num_scheduled_steps')}, not the --fp8 runs' "
                         f"{scheduled}; give --cold cold starts of the same schedule")

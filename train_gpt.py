@@ -11,6 +11,7 @@ kernels live in kernels/, the shard format in data/shards.py, and the harness ar
 log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparameters` and can be set as
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
+import contextlib
 import dataclasses
 import math
 import os
@@ -141,21 +142,24 @@ from kernels.relu_square import (mlp_fp8_weights, relu_square_mlp_fp8, relu_squa
 from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
 
-def configure_torch():
-    """The process-wide settings this script relies on, made by main() and by tests that compile the model."""
-    os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
+@contextlib.contextmanager
+def torch_settings():
+    """The torch settings this script relies on, in force while the block runs (main, tools/replay.py, tests that
+    compile the model): torch's own config patches, undone on exit."""
     # Python floats reaching compiled code (GPTConfig's scales) are constants: symbolic ones under dynamic=True
     # restarted the model's compile once to specialize them, ~25% of its compile time.
-    torch._dynamo.config.specialize_float = True
+    dynamo = dict(specialize_float=True)
     # Inductor's occupancy retry compiles smaller reduction variants in this process: ~5 s of a cold start, no faster
     # step (records/enwiki-124/2026-11-26_cold-start).
-    torch._inductor.config.dynamic_scale_rblock = False
     # Rows of at most 1024 elements reduce in one pass, also where a fused part reads them out of order (the rotary's
     # pairs): 1.2% off a step (records/enwiki-124/2026-11-27_persistent-row-reductions).
-    torch._inductor.config.inductor_choices_class = PersistentRowReductions
+    inductor = dict(dynamic_scale_rblock=False, inductor_choices_class=PersistentRowReductions)
     # FA3's attention is a torch.autograd.Function, which AOTAutograd's cache refuses by default: every warm start
     # retraced the model (records/enwiki-124/2026-11-26_vs-reference-aot-cache).
-    torch._functorch.config.autograd_cache_allow_custom_autograd_functions = True
+    functorch = dict(autograd_cache_allow_custom_autograd_functions=True)
+    with (torch._dynamo.config.patch(dynamo), torch._inductor.config.patch(inductor),
+          torch._functorch.config.patch(functorch)):
+        yield
 
 
 # -----------------------------------------------------------------------------
@@ -1611,10 +1615,11 @@ class Trainer:
 # -----------------------------------------------------------------------------
 # main
 
+@torch_settings()
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
-    configure_torch()
+    os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
     helpers = compile_helpers.attach(hp, __file__, argv)  # spawned above on a GPU machine, else started here
     rt = setup_runtime(hp)
     if compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling

@@ -23,6 +23,16 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
 
+@pytest.fixture(autouse=True)
+def torch_config_restored():
+    """Every test leaves torch's config modules as it found them (tests/utils.py: config_changes)."""
+    from tests.utils import config_changes, torch_configs
+    before = torch_configs()
+    yield
+    if changes := config_changes(before):
+        pytest.fail("the test left torch's config changed: " + "; ".join(changes[:5]), pytrace=False)
+
+
 @pytest.fixture
 def poison_empty(monkeypatch):
     """Make torch.empty return NaN-filled float tensors, so an output element left unwritten fails."""

@@ -46,7 +46,6 @@ def generated_code(tokens: int = 128) -> list[str]:
     torch.manual_seed(0)
     model = tg.GPT(cfg)
     mb, sched = batch_for(model, tokens)
-    tg.configure_torch()  # what main() sets for the compile
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
 
     def micro_step():
@@ -54,7 +53,8 @@ def generated_code(tokens: int = 128) -> list[str]:
             compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
         except InterpreterError:  # the interpreter cannot run Inductor's CPU-targeted kernels; they exist by then
             pass
-    return run_and_get_code(micro_step)[1]
+    with tg.torch_settings():  # what main() sets for the compile
+        return run_and_get_code(micro_step)[1]
 
 
 def summarize(codes: list[str]) -> dict:

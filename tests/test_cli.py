@@ -401,9 +401,8 @@ def test_gpu_only_and_fixed_programs_refuse_arguments(tmp_path, capfd):
     ({"config": {}}, ["is not a file train_gpt.py wrote, not a capture"]),
     ({"kind": "checkpoint", "format": 1}, ["is a checkpoint, not a capture"]),
 ], ids=["missing", "garbage", "other_pt", "checkpoint"])
-def test_replay_refuses_with_status_2(tmp_path, capfd, monkeypatch, content, words):
+def test_replay_refuses_with_status_2(tmp_path, capfd, content, words):
     """Status 2: status 1 means the failure reproduced."""
-    monkeypatch.setattr(torch._dynamo.config, "specialize_float", torch._dynamo.config.specialize_float)  # restored
     path = tmp_path / "none.pt"
     if isinstance(content, bytes):
         path.write_bytes(content)

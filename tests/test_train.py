@@ -25,8 +25,9 @@ import train_gpt as tg
 from data.shards import DataError, ShardError, find_shards, write_shard
 from harness.report import compile_time_breakdown
 from kernels.attention import ATTENTION_CHOICES, select_attention
-from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, cpu_runtime, cpu_trainer, doc_stream,
-                         one_error_line, random_gradients, run_script, settings, shard_index, tiny_model, val_losses)
+from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
+                         doc_stream, one_error_line, random_gradients, run_script, settings, shard_index, tiny_model,
+                         torch_configs, val_losses)
 
 # --- configuration ---------------------------------------------------------------------------
 
@@ -79,19 +80,39 @@ def test_attention_choices_are_the_kernels_table():
 
 
 def test_importing_the_project_changes_no_environment_or_torch_setting():
-    """Importing any module of the project sets no environment variable and no global torch setting: main() does,
-    through configure_torch()."""
+    """Importing any module of the project sets no environment variable and no global torch setting: main() runs
+    under torch_settings(), whose changes last as long as its block."""
     modules = [str(p.relative_to(REPO).with_suffix("")).replace("/", ".")
                for folder in ("kernels", "harness", "data") for p in sorted((REPO / folder).glob("*.py"))]
     probe = ("import os, sys, torch, torch._dynamo, importlib\n"
              "before = (dict(os.environ), torch._dynamo.config.get_config_copy())\n"
              "for name in sys.argv[1:]: importlib.import_module(name)\n"
              "print(before == (dict(os.environ), torch._dynamo.config.get_config_copy()))\n"
-             "sys.modules['train_gpt'].configure_torch()\n"
-             "print(torch._dynamo.config.specialize_float, os.environ['PYTORCH_ALLOC_CONF'])")
-    out = subprocess.run([sys.executable, "-c", probe, "train_gpt", *modules], cwd=REPO, capture_output=True, text=True,
-                         env={k: v for k, v in os.environ.items() if k != "PYTORCH_ALLOC_CONF"})
-    assert out.returncode == 0 and out.stdout.split() == ["True", "True", "expandable_segments:True"], out
+             "with sys.modules['train_gpt'].torch_settings(): print(torch._dynamo.config.specialize_float)\n"
+             "print(before == (dict(os.environ), torch._dynamo.config.get_config_copy()))")
+    out = subprocess.run([sys.executable, "-c", probe, "train_gpt", *modules], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["True", "True", "True"], out
+
+
+def test_torch_settings_last_as_long_as_their_block_and_a_hidden_entry_is_caught():
+    """torch_settings() changes torch's config only inside its block. config_changes(), which every test's teardown
+    runs (tests/conftest.py), names a changed entry and one a test deleted: deleting hides a config entry (every later
+    read raises), which is how a monkeypatch undo of an attribute served by __getattr__ broke later tests."""
+    before = torch_configs()
+    with tg.torch_settings():
+        assert sorted(config_changes(before)) == [
+            "torch._dynamo.config.specialize_float is True, was False",
+            "torch._functorch.config.autograd_cache_allow_custom_autograd_functions is True, was False",
+            "torch._inductor.config.dynamic_scale_rblock is False, was True",
+            "torch._inductor.config.inductor_choices_class is <class 'kernels.configs.PersistentRowReductions'>, "
+            "was None"]
+    assert config_changes(before) == []
+    delattr(torch._dynamo.config, "specialize_float")
+    try:
+        assert config_changes(before) == ["torch._dynamo.config.specialize_float is hidden (deleted)"]
+    finally:
+        torch._dynamo.config.specialize_float = before["torch._dynamo.config"]["specialize_float"]
+    assert config_changes(before) == []
 
 
 def test_help_lists_every_setting_and_check_validates_without_heavy_imports(synthetic_data):
@@ -225,6 +246,7 @@ def gpu_attention_kernels() -> list[str]:
 
 
 @pytest.mark.parametrize("attention", sorted(set(gpu_attention_kernels())))
+@tg.torch_settings()  # what main() compiles under (specialized floats)
 def test_model_compiles_once_for_every_stage(attention):
     """fullgraph tracing of forward and backward (AOTAutograd) with the GPU configuration's custom ops,
     as the trainer compiles it: a Triton launch that the compiler would trace into, or a graph break,
@@ -242,7 +264,6 @@ def test_model_compiles_once_for_every_stage(attention):
     graphs = []
     count = aot_autograd(fw_compiler=lambda gm, _: graphs.append("fw") or make_boxed_func(gm),
                          bw_compiler=lambda gm, _: graphs.append("bw") or make_boxed_func(gm))
-    tg.configure_torch()  # what main() sets for the compile (specialized floats)
     torch._dynamo.reset()
     attempts = torch._dynamo.utils.compilation_time_metrics
     attempts.pop("compile_attempt_1", None)

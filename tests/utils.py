@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +18,36 @@ from harness.guard import StopRequest
 from harness.log import Logger
 from harness.settings import parse_args
 from kernels.attention import Attention
+from torch.utils._config_module import ConfigModule
 
 REPO = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if HAS_CUDA else "cpu"
 # bf16 and fp8 cases (Triton's interpreter mishandles them) and the model's real shapes (slow on a CPU)
 GPU_ONLY = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA (bf16/fp8 kernels, real shapes)")
+
+
+def torch_configs() -> dict[str, dict]:
+    """Every torch config module imported so far (torch._dynamo.config, torch._inductor.config, ...): its values."""
+    return {m.__name__: m.get_config_copy() for m in list(sys.modules.values()) if isinstance(m, ConfigModule)}
+
+
+def config_changes(before: dict[str, dict]) -> list[str]:
+    """What differs from torch_configs()'s `before`: an entry changed, or hidden. A config module serves its entries
+    through __getattr__, and deleting one (as a monkeypatch undo may) hides it: every later read raises. Change
+    settings torch's way instead, `with torch._dynamo.config.patch(...)`, which restores them."""
+    changes = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # a deprecated entry warns when read
+        for name, values in before.items():
+            module = sys.modules[name]
+            now = module.get_config_copy()
+            for key, value in values.items():
+                if not hasattr(module, key):
+                    changes.append(f"{name}.{key} is hidden (deleted)")
+                elif now[key] != value:
+                    changes.append(f"{name}.{key} is {now[key]!r}, was {value!r}")
+    return changes
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, name: str = "output"):

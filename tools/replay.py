@@ -131,8 +131,8 @@ def main(argv=None) -> int:
     parser.add_argument("capture", help="a *_capture_rank<N>.pt file written by train_gpt.py's guard")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     args = parser.parse_args(argv)
-    tg.configure_torch()
-    return replay(args.capture, args.device)
+    with tg.torch_settings():
+        return replay(args.capture, args.device)
 
 
 if __name__ == "__main__":

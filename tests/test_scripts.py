@@ -2,10 +2,10 @@
 
 python3 on PATH is a stub (`shim`): this interpreter, except that `-m pip` and `-m venv` are logged and faked
 (pip fails with exit 97 unless the test gives it a command that plays the install), nvidia-smi fails unless the test
-makes it list a GPU, and PyTorch's CPU index is a closed local port. It runs as no virtual environment's
+makes it list a GPU, and torch's index is a closed local port. It runs as no virtual environment's
 (this interpreter's base with its packages on PYTHONPATH, like a system Python) or as one's (a real venv made
 without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
-the stub pip "installs" into .venv/. run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
+the stub pip "installs" into .venv/; the scripts' copy has its own locks, which pin that package (STUB_LOCK). run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
 data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
 Also: every relative link in README.md and records/**/README.md resolves.
 
@@ -93,7 +93,7 @@ def stub_env(shim, **env):
     """The environment of a script under test: the stubs first on PATH, no active environment, no GPU."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH")}
     full_env.update({"PATH": f"{shim}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "", "STUB_LOG": str(shim / "log"),
-                     "TORCH_CPU_INDEX": "http://127.0.0.1:9/whl/cpu", "no_proxy": "*", **env})
+                     "TORCH_INDEX": "http://127.0.0.1:9/whl/cpu", "no_proxy": "*", **env})
     return full_env
 
 
@@ -162,10 +162,20 @@ def repo_copy(tmp_path):
     (root / "data").mkdir()
     for rel in ("run.sh", "test.sh", "tools/install.sh", "requirements.txt"):
         shutil.copy2(REPO / rel, root / rel)
+    write_locks(root, "stubpkg==1.0")
     (root / "train_gpt.py").write_text(STUB_TRAIN)
     (root / "data" / "synthetic.py").write_text(STUB_DATA.format("synthetic"))
     (root / "data" / "download.py").write_text(STUB_DATA.format("fineweb10B"))
     return root
+
+
+STUB_LOCK = "# torch index: http://127.0.0.1:9/whl/never-read\n"  # TORCH_INDEX overrides it
+
+
+def write_locks(root, *pins):
+    (root / "locks").mkdir(exist_ok=True)
+    for name in ("cpu.txt", "gpu.txt"):
+        (root / "locks" / name).write_text(STUB_LOCK + "".join(f"{pin}\n" for pin in pins))
 
 
 def add_requirement(root, line):
@@ -191,34 +201,67 @@ INSTALL_STUBPKG = ("mkdir -p .venv/site/stubpkg-1.0.dist-info && touch .venv/sit
                    "printf 'Metadata-Version: 2.1\\nName: stubpkg\\nVersion: 1.0\\n' > .venv/site/stubpkg-1.0.dist-info/METADATA")
 
 
-def test_install_externally_managed_python_gets_a_venv(repo_copy, shim):
+def test_install_externally_managed_python_gets_a_venv_with_the_lock(repo_copy, shim):
     """A system Python (no virtual environment's; pip refuses, PEP 668) that lacks a requirement: .venv/ is made
-    and installed into, once; later runs use it; python3's pip is never asked."""
+    and the lock installed into it, once; later runs use it; python3's pip is never asked."""
     add_requirement(repo_copy, "stubpkg==1.0")
     env = dict(STUB_EXTERNALLY_MANAGED="1", STUB_PIP=INSTALL_STUBPKG)
     proc, _ = run(["tools/install.sh", "--print-python"], repo_copy, shim, **env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout == ".venv/bin/python\n"
-    assert "is no virtual environment's and does not meet: stubpkg; creating .venv/" in proc.stderr
-    assert calls(shim) == ["python3 -m venv --system-site-packages .venv", ".venv/bin/python -m pip --version",
-                           ".venv/bin/python -m pip install -r requirements.txt"]
-    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: done: ")
+    assert "is no virtual environment's and does not meet: stubpkg" in proc.stderr
+    assert "creating .venv/ for locks/cpu.txt's versions (python3 -m venv .venv)" in proc.stderr
+    assert ".venv/bin/python differs from locks/cpu.txt in 1 package(s): stubpkg==1.0 (not installed)" in proc.stderr
+    assert calls(shim) == ["python3 -m venv .venv", ".venv/bin/python -m pip --version",
+                           ".venv/bin/python -m pip install -r locks/cpu.txt"]
+    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: .venv/bin/python holds locks/cpu.txt: ")
     (shim / "log").unlink()
     proc, _ = run(["tools/install.sh"], repo_copy, shim, **env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("tools/install.sh: all requirements met (.venv/bin/python: ") and "stubpkg 1.0" in proc.stdout
-    assert calls(shim) == []
+    assert proc.stdout.strip().splitlines()[-1].startswith("tools/install.sh: .venv/bin/python holds locks/cpu.txt: ")
+    assert "stubpkg 1.0" in proc.stdout and calls(shim) == []
 
 
-def test_run_sh_on_an_externally_managed_python_uses_the_venv_throughout(repo_copy, shim):
+def test_install_venv_that_drifted_from_the_lock_gets_the_lock_again(repo_copy, shim):
+    """A .venv/ whose versions are not the lock's (an older install, a hand-made change) is brought back to it."""
+    add_requirement(repo_copy, "stubpkg>=0.9")
+    env = dict(STUB_EXTERNALLY_MANAGED="1", STUB_PIP=f"rm -rf .venv/site/stubpkg-0.9.dist-info && {INSTALL_STUBPKG}")
+    run(["tools/install.sh"], repo_copy, shim, STUB_EXTERNALLY_MANAGED="1", STUB_PIP=INSTALL_STUBPKG)
+    shutil.rmtree(repo_copy / ".venv" / "site" / "stubpkg-1.0.dist-info")
+    fake_dist(repo_copy / ".venv" / "site", "stubpkg", "0.9")
+    (shim / "log").unlink()
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "differs from locks/cpu.txt in 1 package(s): stubpkg==1.0 (0.9); installing the lock" in proc.stdout
+    assert calls(shim, "install") == [".venv/bin/python -m pip install -r locks/cpu.txt"]
+
+
+def test_install_locked_makes_the_venv_anew_and_fails_on_any_other_version(repo_copy, shim):
+    """--locked (CI): .venv/ made anew, whatever it held, the lock installed; a version pip did not deliver fails."""
+    (repo_copy / ".venv" / "bin").mkdir(parents=True)
+    (repo_copy / ".venv" / "left_over").touch()
+    proc, _ = run(["tools/install.sh", "--locked"], repo_copy, shim, STUB_PIP=INSTALL_STUBPKG)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "removing .venv/ to make it anew from locks/cpu.txt" in proc.stdout
+    assert not (repo_copy / ".venv" / "left_over").exists()
+    assert calls(shim) == ["python3 -m venv .venv", ".venv/bin/python -m pip --version",
+                           ".venv/bin/python -m pip install -r locks/cpu.txt"]
+    assert proc.stdout.strip().splitlines()[-1].startswith("tools/install.sh: .venv/bin/python holds locks/cpu.txt: ")
+    proc, _ = run(["tools/install.sh", "--locked"], repo_copy, shim, STUB_PIP="true")  # pip "succeeds", installs nothing
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "tools/install.sh: failed: after installing locks/cpu.txt, .venv/bin/python still differs: stubpkg==1.0 "
+        "(not installed); fix: rm -rf .venv, then run this again"]
+
+
+def test_install_on_a_gpu_machine_takes_the_gpu_lock(repo_copy, shim):
+    write_locks(repo_copy)  # empty locks ...
+    (repo_copy / "locks" / "gpu.txt").write_text("stubpkg==1.0\n")  # ... but the GPU's
     add_requirement(repo_copy, "stubpkg==1.0")
-    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_EXTERNALLY_MANAGED="1", STUB_PIP=INSTALL_STUBPKG)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert launched(out)[0] == ".venv/bin/python"
-    made = calls(shim, "")
-    made = made[next(i for i, c in enumerate(made) if "-m venv" in c) + 1:]
-    assert made and all(c.startswith(".venv/bin/python ") for c in made), made  # every later step: the venv's
+    proc, _ = run(["tools/install.sh"], repo_copy, shim, STUB_GPU="1", STUB_PIP=INSTALL_STUBPKG)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert calls(shim, "install") == [".venv/bin/python -m pip install -r locks/gpu.txt"]
+    assert proc.stdout.strip().splitlines()[-1].startswith("tools/install.sh: .venv/bin/python holds locks/gpu.txt: ")
 
 
 def test_install_venv_that_cannot_be_made_is_one_line_and_leaves_none(repo_copy, shim):
@@ -226,35 +269,38 @@ def test_install_venv_that_cannot_be_made_is_one_line_and_leaves_none(repo_copy,
     proc, _ = run(["tools/install.sh"], repo_copy, shim, STUB_VENV_FAILS="1")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "tools/install.sh: failed: python3 -m venv --system-site-packages .venv (python3 has no ensurepip); fix: install "
+        "tools/install.sh: failed: python3 -m venv .venv (python3 has no ensurepip); fix: install "
         "Python's venv module (Debian/Ubuntu: sudo apt install python3-venv), or activate a virtual environment of "
         "your own, then run this again"]
     assert not (repo_copy / ".venv").exists()
 
 
 @pytest.mark.parametrize("shim", ["venv"], indirect=True)
-def test_install_into_an_active_venv_names_the_failed_command(repo_copy, shim):
-    add_requirement(repo_copy, "stubpkg==1.0")
+def test_install_into_an_active_venv_takes_the_locked_version_and_names_a_failed_command(repo_copy, shim):
+    add_requirement(repo_copy, "stubpkg>=0.5")
     proc, _ = run(["tools/install.sh"], repo_copy, shim)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "python3 does not meet: stubpkg is not installed; installing" in proc.stdout
-    assert calls(shim) == ["python3 -m pip --version", "python3 -m pip install -r requirements.txt"]
+    assert "torch's index (http://127.0.0.1:9/whl/cpu) is unreachable; trying pip's default index" in proc.stdout
+    assert calls(shim) == ["python3 -m pip --version", "python3 -m pip install stubpkg==1.0"]
     assert proc.stderr.strip().splitlines()[-1] == (
-        "tools/install.sh: failed: python3 -m pip install -r requirements.txt; fix: fix what pip's message above "
+        "tools/install.sh: failed: python3 -m pip install stubpkg==1.0; fix: fix what pip's message above "
         "names (the network, a proxy, disk space), then run this again")
     assert not (repo_copy / ".venv").exists()
 
 
 @pytest.mark.parametrize("shim", ["venv"], indirect=True)
-def test_install_upgrades_an_older_torch_with_the_cpu_build(repo_copy, shim, tmp_path):
+def test_install_upgrades_an_older_torch_with_the_locked_cpu_build(repo_copy, shim, tmp_path):
+    """An environment of the user's with an older torch: only torch is installed, at the lock's version."""
     old = tmp_path / "old"
     fake_dist(old, "torch", "2.10.0")
+    write_locks(repo_copy, "torch==2.13.0+cpu", "stubpkg==1.0")
     proc, _ = run(["tools/install.sh"], repo_copy, shim, PYTHONPATH=str(old), STUB_PIP=f"rm -rf {old}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "python3 does not meet: torch 2.10.0 is installed (needs >=2.11,<2.14); installing" in out
-    assert "installing the CPU build of torch" in out and "trying pip's default index" in out  # the index: a closed port
-    assert calls(shim, "install") == ["python3 -m pip install torch>=2.11,<2.14", "python3 -m pip install -r requirements.txt"]
+    assert "trying pip's default index" in out  # the index: a closed port
+    assert calls(shim, "install") == ["python3 -m pip install torch==2.13.0+cpu"]
     assert out.strip().splitlines()[-1].startswith("tools/install.sh: done: torch ")
 
 
@@ -266,10 +312,18 @@ def test_install_older_torch_on_a_gpu_machine_says_what_to_do(repo_copy, shim, t
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "tools/install.sh: failed: torch 2.9.1+cu126 is installed (needs >=2.11,<2.14), on a machine with an NVIDIA GPU; "
-        "fix: install a CUDA build of 'torch>=2.11,<2.14' that fits its driver (nvidia-smi shows the CUDA version it "
-        "takes), e.g. python3 -m pip install 'torch>=2.11,<2.14' (PyPI's CUDA build) or from "
+        "fix: install a CUDA build of torch that fits its driver and requirements.txt's range (nvidia-smi shows the "
+        "CUDA version the driver takes; locks/gpu.txt names the build the tests passed with), e.g. from "
         "https://pytorch.org/get-started/locally/, then run this again"]
     assert calls(shim, "install") == []
+
+
+def test_install_a_missing_lock_is_one_line(repo_copy, shim):
+    (repo_copy / "locks" / "cpu.txt").unlink()
+    proc, _ = run(["tools/install.sh"], repo_copy, shim)
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+        "tools/install.sh: failed: locks/cpu.txt is missing; fix: restore it (git checkout -- locks/cpu.txt), then "
+        "run this again"]
 
 
 @pytest.fixture(scope="module")
@@ -312,6 +366,16 @@ def test_install_reads_every_line_of_requirements_txt(checker):
         if line:
             name, specs = checker["parse_requirement"](line)
             assert specs, line  # every requirement has a version range
+
+
+@pytest.mark.parametrize("lock", ["cpu.txt", "gpu.txt"])
+def test_each_lock_pins_every_requirement_inside_its_range(checker, lock):
+    pins = checker["read_lock"](REPO / "locks" / lock)
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        if line := line.split("#")[0].strip():
+            name, specs = checker["parse_requirement"](line)
+            assert checker["normalized"](name) in pins, f"{lock} does not pin {name}"
+            assert checker["meets"](pins[checker["normalized"](name)][1], specs), f"{lock}: {name} outside {line}"
 
 
 @pytest.mark.parametrize("line", ["foo~=1.0", "foo>=1; python_version < '3.12'", "foo[extra]>=1", "foo>=1.0b1"])
@@ -410,7 +474,7 @@ def test_run_sh_stops_at_a_failed_install_with_its_line(repo_copy, shim):
     add_requirement(repo_copy, "stubpkg==1.0")
     proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1")
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: failed: python3 -m pip install -r")
+    assert proc.stderr.strip().splitlines()[-1].startswith("tools/install.sh: failed: python3 -m pip install stubpkg==1.0;")
     assert "run.sh:" not in proc.stdout + proc.stderr and not (repo_copy / "check_args.json").exists()
 
 
@@ -463,7 +527,7 @@ def test_run_sh_ctrl_c_reaches_each_rank_once_and_quietly(repo_copy, shim):
 def real_copy(tmp_path):
     """A copy of what train_gpt.py --check and data/synthetic.py need, with the real scripts."""
     root = tmp_path / "real"
-    for rel in ("harness", "data", "kernels", "tools"):
+    for rel in ("harness", "data", "kernels", "tools", "locks"):
         shutil.copytree(REPO / rel, root / rel, ignore=shutil.ignore_patterns("__pycache__", "synthetic", "fineweb10B"))
     for rel in ("run.sh", "train_gpt.py", "requirements.txt"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

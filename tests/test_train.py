@@ -836,7 +836,8 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     """tools/trace_summary.py: per-step GPU time by family, idle time between kernels, host time per step."""
     sys.path.insert(0, str(REPO / "tools"))
     import trace_summary
-    kernels = [("triton_poi_fused_add_0", 0, 100), ("nvjet_sm90_tst_gemm", 150, 200), ("_transpose_kernel", 400, 100)]
+    kernels = [("triton_poi_fused_add_0", 0, 100), ("nvjet_sm90_tst_gemm", 150, 200), ("_transpose_kernel", 400, 100),
+               ("ncclDevKernel_AllGather_RING_LL", 80, 40), ("ncclDevKernel_ReduceScatter", 320, 200)]
     events = [{"cat": "kernel", "name": n, "ts": ts, "dur": dur} for n, ts, dur in kernels] + [{"cat": "cpu_op", "name": "x"}]
     events += [{"cat": "user_annotation", "name": "ProfilerStep#3", "ts": 0, "dur": 700},
                {"cat": "user_annotation", "name": "optimizer_step", "ts": 500, "dur": 120}]
@@ -844,8 +845,12 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     path.write_text(json.dumps({"traceEvents": events}))
     trace_summary.summarize(str(path), steps=1)
     out = capsys.readouterr().out
-    assert "GPU busy 0.4 ms/step, idle inside the window 0.1 ms/step" in out
+    assert "GPU busy 0.6 ms/step, idle inside the window 0.0 ms/step" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out
+    # all-gather 80-120 under the add until 100; reduce-scatter 320-520 under the matmul until 350 and the transpose's
+    # 400-500
+    assert re.search(r"0\.20 +0\.13 +0\.07  ncclDevKernel_ReduceScatter\n +0\.04 +0\.02 +0\.02  ncclDevKernel_AllGather_RING_LL"
+                     r"\n +0\.24 +0\.15 +0\.09  all\n", out), out
     assert "host time per step: step 0.70 ms, optimizer_step 0.12 ms" in out
 
 

@@ -1,6 +1,6 @@
 """Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
 (the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled
-window (idle time = the host could not keep up), and the host's time per step (what 8 GPUs, at one
+window (idle time = the host could not keep up), how much of the collectives' time other kernels hid, and the host's time per step (what 8 GPUs, at one
 micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a CPU run's)
 gets the host's time per step by op instead.
 
@@ -9,6 +9,7 @@ gets the host's time per step by op instead.
 STEPS: the profiled steps (b - a); by default, the trace's own count of them (its ProfilerStep ranges).
 A trace compressed with xz or gzip (.xz, .gz) is read as it is.
 """
+import bisect
 import collections
 import gzip
 import json
@@ -60,6 +61,23 @@ def load_events(path) -> list[dict]:
     return timed
 
 
+def overlap(events: list[dict], others: list[dict]) -> float:
+    """Microseconds of `events` during which some event of `others` ran too."""
+    merged = []  # the union of the others' intervals, in order
+    for e in sorted(others, key=lambda e: e["ts"]):
+        if merged and e["ts"] <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e["ts"] + e["dur"])
+        else:
+            merged.append([e["ts"], e["ts"] + e["dur"]])
+    starts = [a for a, _ in merged]
+    total = 0.0
+    for e in events:
+        lo, hi = e["ts"], e["ts"] + e["dur"]
+        for a, b in merged[max(0, bisect.bisect_right(starts, lo) - 1):bisect.bisect_left(starts, hi)]:
+            total += max(0.0, min(b, hi) - max(a, lo))
+    return total
+
+
 def summarize(path, steps: int | None = None):
     events = load_events(path)
     profiled = sum(e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep") for e in events)
@@ -91,6 +109,17 @@ def summarize(path, steps: int | None = None):
         print("\nby family:")
         for fam, t in families.most_common(15):
             print(f"  {per_step(t):8.2f} ms/step {share(t):5.1f}%  {fam}")
+        comm = collections.defaultdict(list)
+        for e in kernels:
+            if family(e["name"]) == "nccl":
+                comm[e["name"].split("(")[0]].append(e)
+        if comm:
+            compute = [e for e in kernels if family(e["name"]) != "nccl"]
+            print("\ncollectives (ms/step: time, of it while other kernels ran, exposed):")
+            for name, group in sorted(comm.items(), key=lambda kv: -sum(e["dur"] for e in kv[1])) + [
+                    ("all", [e for group in comm.values() for e in group])]:
+                t, hidden = sum(e["dur"] for e in group), overlap(group, compute)
+                print(f"  {per_step(t):8.2f} {per_step(hidden):8.2f} {per_step(t - hidden):8.2f}  {name}")
         regions = collections.Counter()  # train_gpt.py's record_function ranges, as the GPU ran them
         for e in events:
             if e.get("cat") == "gpu_user_annotation":

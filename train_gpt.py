@@ -1652,6 +1652,9 @@ def main(argv: list[str] | None = None) -> int:
             log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}; "
                 f"CE sigmoid from tanh.approx: {cfg.tanh_sigmoid}; CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
+            emulated = "emulated: rank 0's share in this one process; " if hp.emulate_world_size else ""
+            # the world size, which tools/vs_reference.py puts on a record's line (nothing else in the log says it)
+            log(f"world: {rt.world_size} ({emulated}gradient accumulation {rt.grad_accum_steps})")
             trainer.run(resume)
         except BaseException as e:  # the reason a run ended early goes into its log (the console gets one line below)
             log(f"stopped: {'interrupted by ' + str(e) if isinstance(e, KeyboardInterrupt) else e}", console=False)

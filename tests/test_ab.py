@@ -75,7 +75,33 @@ def test_alternates_stops_cold_starts_and_tabulates_medians(tmp_path, capsys, mo
     assert "| 5_A_seed0 | A | 0 | warm | 20.0 s | 200.0 / 400.0 / 600.0 / 600.0 | 5.40 s | 3.8600 | 33,723 MiB |" in report
     assert "| A | 90.0 s | 5.41 s | 3.8700 | 201.0 / 401.0 / 601.0 / 601.0 |" in report
     assert "| B | 80.0 s | 5.14 s | 3.8600 | 191.0 / 381.0 / 571.0 / 571.0 |" in report
-    assert report.endswith("train time B/A 0.9501; cold start B-A -10.0 s; val loss B-A -0.0100\n")
+    # the means beside the medians: train times 5.400, 5.424 s against 5.130, 5.154 s (Welch on the logs of the
+    # means), val losses 3.86, 3.88 against 3.85, 3.87 (df 2, p = 2 * 0.5 (1 - t / sqrt(2 + t^2)) at t = 1/sqrt(2));
+    # every cold start of a side took the same time here: no spread to measure
+    assert report.endswith("train time B/A 0.9501; cold start B-A -10.0 s; val loss B-A -0.0100\n\n"
+                           "| B against A, means | estimate | 95% interval (Welch) | df | p, either way |\n"
+                           "| --- | --- | --- | --- | --- |\n"
+                           "| train time B/A | 0.9501 | [0.9370, 0.9634] | 2.0 | 0.004 |\n"
+                           "| cold start B/A | 0.8889 | not defined: no spread: every run of a side gave the same "
+                           "value |  |  |\n"
+                           "| val loss B-A | -0.0100 | [-0.0708, +0.0508] | 2.0 | 0.55 |\n")
+
+
+def test_the_means_with_their_intervals():
+    """B's means against A's beside the medians (values from an independent mpmath computation): train times 5.40,
+    5.42, 5.45 s against 5.13, 5.16 s: 0.9487 [0.9354, 0.9622], df 2.5 (Welch on the logs of the means); val losses
+    3.86, 3.87, 3.88 against 3.85, 3.86: -0.0150 [-0.0399, +0.0099], df 49/17; one B cold start: no interval, said
+    in words."""
+    def run(side, cold, startup_s, train_s=None, val_loss=None):
+        return ab.Run(f"{side}_{'cold' if cold else 'seed'}", side, cold, 0, Path("c"), cold, startup_s, (1.0,) * 4,
+                      train_s, val_loss)
+    runs = ([run("A", True, s) for s in (90, 96, 93)] + [run("B", True, 80)]
+            + [run("A", False, 20, t, v) for t, v in ((5.40, 3.86), (5.42, 3.87), (5.45, 3.88))]
+            + [run("B", False, 20, t, v) for t, v in ((5.13, 3.85), (5.16, 3.86))])
+    report = ab.table(runs, Path("a"), Path("b"))
+    assert "| train time B/A | 0.9487 | [0.9354, 0.9622] | 2.5 | 0.0022 |" in report
+    assert "| cold start B/A | 0.8602 | not defined: fewer than 2 runs a side (3 and 1) |  |  |" in report
+    assert "| val loss B-A | -0.0150 | [-0.0399, +0.0099] | 2.9 | 0.15 |" in report
 
 
 def test_without_cold_starts_the_first_full_runs_have_empty_caches(tmp_path, capsys):
@@ -84,7 +110,7 @@ def test_without_cold_starts_the_first_full_runs_have_empty_caches(tmp_path, cap
                     "--", "--data", "x"]) == 0
     report = (out / "ab.md").read_text()
     assert "| 1_A_seed0 | A | 0 | empty |" in report and "| 4_A_seed1 | A | 1 | warm |" in report
-    assert "cold start B-A: no cold starts" in report
+    assert "cold start B-A: no cold starts" in report and "| cold start B/A |" not in report
 
 
 def test_dry_run_prints_the_order_and_runs_nothing(tmp_path, capsys):

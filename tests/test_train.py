@@ -799,6 +799,7 @@ def one_process_run(synthetic_data, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("one_process")
     one = run_script(sharded_flags(synthetic_data, log_dir) + ["--run_id", "one"], nproc=1)
     assert one.returncode == 0, one.stderr[-2000:]
+    assert "\nworld: 1 (gradient accumulation 8)\n" in one.stdout  # the line tools/vs_reference.py reads
     return {"stdout": one.stdout, "checkpoint": log_dir / "one_checkpoint_rank0.pt"}
 
 
@@ -819,6 +820,7 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     """
     many = run_script(sharded_flags(synthetic_data, tmp_path) + ["--run_id", "many"], nproc=world_size)
     assert many.returncode == 0, many.stderr[-2000:]
+    assert f"\nworld: {world_size} (gradient accumulation {8 // world_size})\n" in many.stdout
     (l1,), (l2,) = val_losses(one_process_run["stdout"]), val_losses(many.stdout)
     assert abs(l1 - l2) < 2e-3, (l1, l2)
     s1 = torch.load(one_process_run["checkpoint"], weights_only=True)["state"]["model"]
@@ -830,6 +832,15 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
         else:
             differ = ((a - b).abs() > 0.5 * a.abs() + 1e-8).float().mean().item()
             assert differ <= 0.25, (name, differ)
+
+
+def test_an_emulated_rank_says_so_in_its_world_line(tmp_path, synthetic_data):
+    """--emulate_world_size: the world line names the emulated world and that one process runs rank 0's share."""
+    r = run_script(sharded_flags(synthetic_data, tmp_path) + ["--num_scheduled_steps", "3", "--emulate_world_size", "8",
+                                                               "--run_id", "em"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = "world: 8 (emulated: rank 0's share in this one process; gradient accumulation 1)\n"
+    assert f"\n{line}" in r.stdout and f"\n{line}" in (tmp_path / "em.txt").read_text()
 
 
 def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """A/B two checkouts of train_gpt.py on this machine, alternating, as records/ measures a change: cold starts from
-empty compile caches, then full runs over seeds, and one table with each side's medians.
+empty compile caches, then full runs over seeds, and one table with each side's medians and one of B's means against
+A's with their 95% intervals.
 
     python3 tools/ab.py --a MAIN_DIR --b EDIT_DIR --out OUT_DIR [--cold 3] [--seeds 0,1,2] [--nproc 1]
                         [--timeout 900] [--dry_run] -- TRAIN_GPT_FLAGS...
@@ -12,6 +13,11 @@ slower whatever the code: alternate, and compare medians. Every run writes Pytho
 OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
 clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table
 (OUT_DIR/ab.md) stay in OUT_DIR, which must be new or empty.
+
+Beside the medians, ab.md compares the means over the runs (tools/stats.py): train time and cold start as ratios
+B/A, val loss as the difference B-A, each with its 95% Welch interval and the two-sided p-value for "the means
+differ" (a change may be slower or faster); the interval is not defined, and the table says so, with fewer than two
+runs a side.
 """
 import argparse
 import os
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from tools import cli  # noqa: E402
+from tools import cli, stats  # noqa: E402
 from tools.plot import parse_log  # noqa: E402
 
 OWN_FLAGS = ("--seed", "--log_dir", "--run_id")  # set per run by this tool
@@ -132,8 +138,7 @@ def execute(cmd: list[str], run: Run, out: Path, timeout: float):
         run.peak_mib = int(m[1]) if (m := PEAK.search(text)) else None
 
 
-def median(values):
-    values = [v for v in values if v is not None]
+def median(values: list):
     return statistics.median(values) if values else None
 
 
@@ -150,19 +155,30 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
                      f"{fmt(r.startup_s, '.1f', ' s')} | {stages} | {fmt(r.train_s, '.2f', ' s')} | "
                      f"{fmt(r.val_loss, '.4f')} | {fmt(r.peak_mib, ',', ' MiB')} |")
     lines += ["", "| medians | cold start | train time | val loss | ms/step by stage |", "| --- | --- | --- | --- | --- |"]
-    med = {}
+    cold, train, loss = {}, {}, {}  # by side: the cold starts' start-ups, the full runs' train times and val losses
     for side in "AB":
-        own, full = [r for r in runs if r.side == side], [r for r in runs if r.side == side and not r.cold]
-        stages = [median(ms) for ms in zip(*(r.stage_ms for r in full))]
-        med[side] = (median(r.startup_s for r in own if r.cold), median(r.train_s for r in full),
-                     median(r.val_loss for r in full), stages)
-        lines.append(f"| {side} | {fmt(med[side][0], '.1f', ' s')} | {fmt(med[side][1], '.2f', ' s')} | "
-                     f"{fmt(med[side][2], '.4f')} | {' / '.join(f'{ms:.1f}' for ms in stages)} |")
-    (ca, ta, la, _), (cb, tb, lb, _) = med["A"], med["B"]
-    ratio = f"train time B/A {tb / ta:.4f}" if ta is not None and tb is not None else "train time B/A: no full runs"
-    start = f"cold start B-A {cb - ca:+.1f} s" if ca is not None and cb is not None else "cold start B-A: no cold starts"
-    loss = f"val loss B-A {lb - la:+.4f}" if la is not None and lb is not None else ""
-    return "\n".join(lines + ["", "; ".join(x for x in (ratio, start, loss) if x)]) + "\n"
+        full = [r for r in runs if r.side == side and not r.cold]
+        cold[side] = [r.startup_s for r in runs if r.side == side and r.cold]
+        train[side], loss[side] = [r.train_s for r in full], [r.val_loss for r in full]
+        stages = [median(list(ms)) for ms in zip(*(r.stage_ms for r in full))]
+        lines.append(f"| {side} | {fmt(median(cold[side]), '.1f', ' s')} | {fmt(median(train[side]), '.2f', ' s')} | "
+                     f"{fmt(median(loss[side]), '.4f')} | {' / '.join(f'{ms:.1f}' for ms in stages)} |")
+    ratio = (f"train time B/A {median(train['B']) / median(train['A']):.4f}" if train["A"] and train["B"] else
+             "train time B/A: no full runs")
+    start = (f"cold start B-A {median(cold['B']) - median(cold['A']):+.1f} s" if cold["A"] and cold["B"] else
+             "cold start B-A: no cold starts")
+    diff = f"val loss B-A {median(loss['B']) - median(loss['A']):+.4f}" if loss["A"] and loss["B"] else ""
+    lines += ["", "; ".join(x for x in (ratio, start, diff) if x), "",
+              "| B against A, means | estimate | 95% interval (Welch) | df | p, either way |",
+              "| --- | --- | --- | --- | --- |"]
+    for name, compare, spec, values in (("train time B/A", stats.ratio, ".4f", train),
+                                        ("cold start B/A", stats.ratio, ".4f", cold),
+                                        ("val loss B-A", stats.difference, "+.4f", loss)):
+        if values["A"] and values["B"]:
+            c = compare(values["A"], values["B"])
+            lines.append(f"| {name} | {c.estimate:{spec}} | {stats.interval_text(c, spec)} | {fmt(c.df, '.1f')} | "
+                         f"{fmt(c.p_two_sided, '.2g')} |")
+    return "\n".join(lines) + "\n"
 
 
 def checkout_dir(text: str) -> Path:

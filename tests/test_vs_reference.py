@@ -41,10 +41,10 @@ def logs(tmp_path):
 
 
 def argv(d, fp8=("p0", "p1", "p2"), exact=("e0", "e1"), cold=("p0",), reference=("ref",), device="nvidia-h100-x1",
-         proj_s=()):
+         proj_s=(), world=()):
     return (["--reference", *(str(d / f"{n}.txt") for n in reference), "--fp8", *(str(d / f"{n}.txt") for n in fp8),
              "--exact", *(str(d / f"{n}.txt") for n in exact), "--cold", *(str(d / f"{n}.txt") for n in cold),
-             "--device", device, *(["--proj_s", proj_s] if proj_s else [])])
+             "--device", device, *(["--proj_s", proj_s] if proj_s else []), *(["--world", world] if world else [])])
 
 
 def test_the_record_line(logs, capsys):
@@ -73,6 +73,20 @@ def test_world_and_peak_from_the_project_logs(tmp_path, capsys):
     assert vs_reference.main(argv(tmp_path, fp8=("p0", "p1"))) == 0
     line = capsys.readouterr().out.splitlines()[-1]
     assert " world=8 " in line and " peak_mib=950 " in line
+
+
+def test_world_of_logs_older_than_their_world_line(tmp_path, capsys):
+    """--world gives the world of logs without a `world:` line; a log that has one must agree with it."""
+    (tmp_path / "ref.txt").write_text(REFERENCE)
+    for name, fp8_body in (("p0", True), ("p1", True), ("e0", False), ("e1", False)):
+        old = project_log(int(name[1]), fp8_body, 300, 3.9, world=2).replace("world: 2 (", "attention: x (")
+        (tmp_path / f"{name}.txt").write_text(old)
+    assert vs_reference.main(argv(tmp_path, fp8=("p0", "p1"), world="2")) == 0
+    assert " world=2 " in capsys.readouterr().out.splitlines()[-1]
+    (tmp_path / "p1.txt").write_text(project_log(1, True, 300, 3.9, world=4))
+    with pytest.raises(SystemExit):
+        vs_reference.main(argv(tmp_path, fp8=("p0", "p1"), world="2"))
+    assert "p1.txt: its `world:` line says 4, not --world 2" in capsys.readouterr().err
 
 
 def test_the_means_intervals(logs, capsys):
@@ -139,7 +153,7 @@ def test_cold_starts_median(logs, capsys):
     (dict(exact=("e0", "short")), ["short.txt", "other steps", "one schedule"]),
     (dict(reference=("ref", "cut")), ["cut.txt", "not at step 8"]),
     (dict(fp8=("p0", "emulated")), ["emulated.txt", "--emulate_world_size 8", "tools/project_8gpu.py"]),
-    (dict(exact=("e0", "noworld")), ["noworld.txt", "no `world: N (...)` line"]),
+    (dict(exact=("e0", "noworld")), ["noworld.txt", "no `world: N (...)` line", "--world N"]),
     (dict(exact=("e0", "world2")), ["world2.txt", "world size", "one schedule and world"]),
     (dict(fp8=("p0", "nopeak")), ["nopeak.txt", "`peak memory allocated:`", "finish on a GPU"]),
     (dict(fp8=("p0", "ref")), ["ref.txt", "no `config:` line"]),

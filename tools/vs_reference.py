@@ -2,7 +2,7 @@
 the means with their 95% intervals over the seeds, and the one `ab:` line a record of the comparison carries.
 
     python3 tools/vs_reference.py --reference LOG [LOG ...] --fp8 LOG [LOG ...] --exact LOG [LOG ...]
-                                  --cold LOG [LOG ...] --device KIND [--proj_s SECONDS]
+                                  --cold LOG [LOG ...] --device KIND [--proj_s SECONDS] [--world N]
 
 --fp8 takes the project's runs in its default numerics (`--fp8_body`), --exact those of the exact math (`--fp8_body
 False`), one seed each; --cold the logs of runs in the default numerics that started from empty compile caches (the
@@ -15,8 +15,9 @@ writes nothing.
 
 The `ab:` line, its fields in this order, each `name=value` without spaces:
   ratio             the --fp8 runs' median train time over the reference's (its median, with several runs)
-  world             the project's world size, from its logs' `world: N (...)` line; the reference's console output
-                    does not record its own: run it at the same world (run_reference.sh's NGPU)
+  world             the project's world size, from its logs' `world: N (...)` line (--world for older logs); the
+                    reference's console output does not record its own: run it at the same world (run_reference.sh's
+                    NGPU)
   reference_s, project_s, reference_loss, project_loss, exact_loss
                     medians: the train times (s) and val losses of the reference's, the --fp8 and the --exact runs
   seeds             the fewer of the --fp8 and --exact runs
@@ -65,8 +66,9 @@ def check_numerics(path: Path, config: dict, fp8: bool, flag: str):
                         "give each log to its numerics")
 
 
-def project_run(path: Path, fp8: bool) -> dict:
-    """One project run: its seed, steps, world size, train time, val loss, stages, start-up and peak memory."""
+def project_run(path: Path, fp8: bool, world_given: int | None = None) -> dict:
+    """One project run: its seed, steps, world size, train time, val loss, stages, start-up and peak memory.
+    world_given: --world, for a log older than the `world:` line (a newer log's line must agree with it)."""
     text = path.read_text(errors="replace")
     config, parsed = settings(path, text), parse_log(path)
     if missing := [k for k in ("seed", "num_scheduled_steps", "fp8_body", "emulate_world_size") if k not in config]:
@@ -75,16 +77,19 @@ def project_run(path: Path, fp8: bool) -> dict:
         raise cli.Error(f"{path}: an emulated rank (--emulate_world_size {config['emulate_world_size']}) times one "
                         "rank's share of a step, not a run; give it to tools/project_8gpu.py")
     check_numerics(path, config, fp8, "--fp8" if fp8 else "--exact")
-    if not (world := WORLD.search(text)):
-        raise cli.Error(f"{path}: no `world: N (...)` line; is it from a train_gpt.py older than the logging of its "
-                        "world size? Give logs of runs at this code")
+    world = int(m[1]) if (m := WORLD.search(text)) else world_given
+    if world is None:
+        raise cli.Error(f"{path}: no `world: N (...)` line (a train_gpt.py older than the logging of its world size); "
+                        "give the runs' world size with --world N")
+    if world_given is not None and world != world_given:
+        raise cli.Error(f"{path}: its `world:` line says {world}, not --world {world_given}; give runs of one world")
     peak = PEAK.search(text)
     if not parsed.val or len(parsed.stage_ms) < 3 or not peak:
         raise cli.Error(f"{path}: no final validation, `ms/step by stage` or `peak memory allocated:` line; did the "
                         "run finish on a GPU?")
     step, train_s, loss = parsed.val[-1]
     return dict(path=path, seed=int(config["seed"]), steps=(int(config["num_scheduled_steps"]), step),
-                world=int(world[1]), train_s=train_s, loss=loss, stage_ms=parsed.stage_ms,
+                world=world, train_s=train_s, loss=loss, stage_ms=parsed.stage_ms,
                 fp8_head=config.get("fp8_head") == "True",
                 startup_s=float(m[1]) if (m := STARTUP.search(text)) else None, peak_mib=int(peak[1]))
 
@@ -152,12 +157,14 @@ def main(argv=None):
     p.add_argument("--cold", required=True, nargs="+", type=Path,
                    help="default-numerics runs from empty compile caches (start_s: their median start-up)")
     p.add_argument("--device", required=True, help="the machine's kind, e.g. nvidia-h100-x1")
+    p.add_argument("--world", type=cli.whole(1), help="the runs' world size, for logs older than their `world:` line")
     p.add_argument("--proj_s", type=cli.finite(),
                    help="the 8xH100 train time tools/project_8gpu.py projected (seconds); else the line has proj_s=-")
     args = p.parse_args(argv)
     if not KIND.fullmatch(args.device):
         p.error(f"--device {args.device!r}: name the kind in lower case, digits and dashes (e.g. nvidia-h100-x1)")
-    fp8, exact = [project_run(f, True) for f in args.fp8], [project_run(f, False) for f in args.exact]
+    fp8 = [project_run(f, True, args.world) for f in args.fp8]
+    exact = [project_run(f, False, args.world) for f in args.exact]
     for flag, runs in (("--fp8", fp8), ("--exact", exact)):
         if len(seeds := [r["seed"] for r in runs]) != len(set(seeds)):
             raise cli.Error(f"{flag}: seeds {seeds} repeat; give one run per seed")

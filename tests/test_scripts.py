@@ -7,7 +7,7 @@ makes it list a GPU, and torch's index is a closed local port. It runs as no vir
 without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
 the stub pip "installs" into .venv/; the scripts' copy has its own locks, which pin that package (STUB_LOCK). run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
 data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
-Also: every relative link in README.md and records/**/README.md resolves.
+Also: every relative link in README.md, records/**/README.md and experiments/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """
@@ -576,10 +576,12 @@ def test_test_sh_bad_argument_is_one_line(shim, args, message):
     assert proc.stdout == ""
 
 
-def test_markdown_links_in_readme_and_records_resolve():
-    """Every relative link (and picture) in README.md and records/**/README.md names a file or folder that exists."""
+def test_markdown_links_in_readme_records_and_experiments_resolve():
+    """Every relative link (and picture) in README.md, records/**/README.md and experiments/**/README.md names a file
+    or folder that exists."""
     broken = []
-    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md"))]:
+    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md")),
+               *sorted((REPO / "experiments").rglob("README.md"))]:
         text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)  # code blocks hold no links
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target) or target.startswith("#"):

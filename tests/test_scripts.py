@@ -7,7 +7,8 @@ makes it list a GPU, and torch's index is a closed local port. It runs as no vir
 without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
 the stub pip "installs" into .venv/; the scripts' copy has its own locks, which pin that package (STUB_LOCK). run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
 data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
-Also: every relative link in README.md and records/**/README.md resolves.
+Also: tools/ab_runs.sh's usage, bad input and dry runs; every relative link in README.md, records/**/README.md and
+experiments/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """
@@ -576,10 +577,97 @@ def test_test_sh_bad_argument_is_one_line(shim, args, message):
     assert proc.stdout == ""
 
 
-def test_markdown_links_in_readme_and_records_resolve():
-    """Every relative link (and picture) in README.md and records/**/README.md names a file or folder that exists."""
+# tools/ab_runs.sh: its usage, bad input and dry runs (nothing runs; no GPU)
+
+AB_RUNS = REPO / "tools" / "ab_runs.sh"
+
+
+def ab_runs(*args, out, **env):
+    env = {**os.environ, "OUT": str(out), "DATA": str(out / "data"), **env}
+    return subprocess.run(["bash", str(AB_RUNS), *map(str, args)], capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_ab_runs_is_valid_bash_and_its_help_is_the_header(tmp_path):
+    assert subprocess.run(["bash", "-n", str(AB_RUNS)]).returncode == 0
+    r = ab_runs("--help", out=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    for word in ("Usage: tools/ab_runs.sh", "setup [--shards DIR]", "project RUN_ID SEED", "cold RUN_ID SEED",
+                 "reference NAME WORLD", "--by S", "--dry_run"):
+        assert word in r.stdout
+    assert "set -uo" not in r.stdout and not r.stdout.startswith("!")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nothing"], "error: unknown command 'nothing'; give setup, project, cold, reference or summary"),
+    ([], "error: no command; give setup, project, cold, reference or summary"),
+    (["project", "P0"], "error: project needs RUN_ID SEED"),
+    (["cold", "C0", "x"], "error: SEED 'x' is not a whole number"),
+    (["project", "P/0", "0"], "error: RUN_ID 'P/0' may hold only letters"),
+    (["project", "P0", "0", "--seed", "1"], "error: unknown option '--seed' for project"),
+    (["project", "P0", "0", "--limit", "9", "--by", "9"], "error: give --limit or --by, not both"),
+    (["project", "P0", "0", "--by", "590"], "error: --by counts from the part's start: run `tools/ab_runs.sh setup`"),
+    (["project", "P0", "0", "--gpus", "a"], "error: --gpus a is not a list of GPU numbers"),
+    (["reference", "ref1", "0"], "error: WORLD '0' is not a number of GPUs"),
+    (["reference", "ref1", "1", "--cache", "c"], "error: reference takes only --limit or --by"),
+    (["reference", "ref1", "1"], "error: no "),
+    (["setup", "--shards", "nowhere"], "error: no shards: nowhere holds no *.xz"),
+    (["summary", "x"], "error: summary takes no arguments"),
+])
+def test_ab_runs_bad_input_is_one_error_line(tmp_path, args, message):
+    r = ab_runs(*args, out=tmp_path, REF_DIR=tmp_path)
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr.startswith(message) and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_ab_runs_cold_start_refuses_a_used_cache(tmp_path):
+    (tmp_path / "cache" / "fxgraph").mkdir(parents=True)
+    r = ab_runs("cold", "C0", 0, "--cache", tmp_path / "cache", out=tmp_path)
+    assert r.returncode == 2 and r.stderr == f"error: cold start C0: its cache {tmp_path}/cache is not empty; name a " \
+        "new --cache DIR\n"
+
+
+def test_ab_runs_dry_run_prints_each_run_with_its_limit(tmp_path):
+    (tmp_path / "t0").write_text(f"{int(time.time())}\n")  # the part began now: --by 590 leaves 589-590 s
+    r = ab_runs("--dry_run", "project", "E0", 2, "--cache", "/tmp/c_exact", "--by", 590, "--", "--fp8_body", "False",
+                out=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(
+        rf"E0: timeout 5(89|90) env CUDA_VISIBLE_DEVICES=0 TORCHINDUCTOR_CACHE_DIR=/tmp/c_exact "
+        rf"TRITON_CACHE_DIR=/tmp/c_exact/triton {REPO}/tools/enwiki-124.sh {tmp_path}/data {tmp_path}/logs "
+        rf"--run_id E0 --seed 2 --fp8_body False\n", r.stdout), r.stdout
+    r = ab_runs("--dry_run", "cold", "C1", 0, "--gpus", "0,1", out=tmp_path)
+    assert r.stdout.startswith("C1: env CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/caches/C1 "), r.stdout
+    (tmp_path / "run_reference.sh").touch()
+    r = ab_runs("--dry_run", "reference", "ref1", 2, "--limit", 585, out=tmp_path, REF_DIR=tmp_path)
+    assert r.stdout == (f"ref1: timeout 585 env CUDA_VISIBLE_DEVICES=0,1 OUT={tmp_path}/ref1 bash "
+                        f"{tmp_path}/run_reference.sh {tmp_path}/data 2 120 4 4194304\n"), r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run_reference.sh", "t0"]  # a dry run writes nothing
+
+
+def test_ab_runs_skips_a_run_with_no_time_left(tmp_path):
+    (tmp_path / "t0").write_text(f"{int(time.time()) - 600}\n")
+    r = ab_runs("project", "P2", 2, "--by", 590, out=tmp_path)
+    assert r.returncode == 124 and r.stdout == "P2 rc=124 wall=0s: not started, no time left\n", r.stdout + r.stderr
+    assert (tmp_path / "walls.txt").read_text() == r.stdout
+
+
+def test_ab_runs_dry_setup_names_each_shard(tmp_path):
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for name in ("enwiki_train_000000.bin.xz", "enwiki_val_000000.bin.xz"):
+        (shards / name).touch()
+    r = ab_runs("--dry_run", "setup", "--shards", shards, out=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == [f"setup: xz -dc {shards}/{n}.xz > {tmp_path}/data/{n}"
+                                         for n in ("enwiki_train_000000.bin", "enwiki_val_000000.bin")]
+
+
+def test_markdown_links_in_readme_records_and_experiments_resolve():
+    """Every relative link (and picture) in README.md, records/**/README.md and experiments/**/README.md names a file
+    or folder that exists."""
     broken = []
-    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md"))]:
+    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md")),
+               *sorted((REPO / "experiments").rglob("README.md"))]:
         text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)  # code blocks hold no links
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target) or target.startswith("#"):

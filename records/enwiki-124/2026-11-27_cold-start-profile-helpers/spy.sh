@@ -1,17 +1,11 @@
 #!/bin/bash
 # cold start-ups of the default numerics: one sampled by py-spy (main process and its helpers), one plain
 set -u
-O=${OUT:-/tmp/out}; mkdir -p $O /tmp/data /tmp/fa3 /tmp/logs
+O=${OUT:-/tmp/out}; mkdir -p $O /tmp/logs
 T0=$(date +%s)
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $O/gpu.txt
-lscpu | grep -E "Model name|^CPU\(s\)" > $O/cpu.txt
-for f in .bench/shards/*.xz; do xz -dc $f > /tmp/data/$(basename $f .xz) & done
-tar xJf .bench/fa3/fa3src.tar.xz -C /tmp/fa3 && xz -dc .bench/fa3/fa3_C.so.xz > /tmp/fa3/fa/hopper/flash_attn_3/_C.abi3.so && cp .bench/fa3/flash_attn_config.py /tmp/fa3/fa/hopper/
-wait
+tools/ab_runs.sh setup || exit 3  # data, FlashAttention-3, torch's bytecode
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPATH=/tmp/fa3/fa/hopper PYTHONPYCACHEPREFIX=/tmp/pycache
-python3 -c "import torch, torch._dynamo, torch._inductor.compile_fx
-torch.compile(lambda x: x + 1)(torch.ones(2, device='cuda'))"
 python3 -m compileall -q train_gpt.py kernels harness data > /dev/null
 echo "setup done at $(( $(date +%s) - T0 )) s"
 SPY=.bench/pyspy/py_spy-0.4.3.data/scripts/py-spy

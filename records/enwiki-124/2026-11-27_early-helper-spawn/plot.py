@@ -1,6 +1,7 @@
 """The picture of the four cold starts: start-up per run, split where the run stopped waiting for the backward helper."""
 import re
 import sys
+import tarfile
 from pathlib import Path
 
 import matplotlib
@@ -10,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 here = Path(__file__).resolve().parent
 runs = ["1_A_cold", "2_B_cold", "3_B_cold", "4_A_cold"]
 fig, ax = plt.subplots(figsize=(11, 3.2))
+logs = tarfile.open(here / "logs.tar.xz")
 for i, run in enumerate(runs):
-    text = (here / f"{run}.console").read_text()
+    text = logs.extractfile(f"{run}.console").read().decode()
     start = float(re.search(r"^startup: ([\d.]+)s", text, re.M).group(1))
     waited = float(re.search(r"the run waited ([\d.]+)s", text).group(1))
     hits = int(re.search(r"(\d+) graphs came from", text).group(1))

@@ -1,6 +1,7 @@
 """The picture of the six cold starts: start-up per run, and the run's own Inductor time in it."""
 import re
 import sys
+import tarfile
 from pathlib import Path
 
 import matplotlib
@@ -10,8 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 here = Path(__file__).resolve().parent
 runs = ["m1_1_A_cold", "m1_2_B_cold", "m1_3_B_cold", "m1_4_A_cold", "m2_1_A_cold", "m2_2_B_cold"]
 fig, ax = plt.subplots(figsize=(11, 3.6))
+logs = tarfile.open(here / "logs.tar.xz")
 for i, run in enumerate(runs):
-    text = (here / f"{run}.console").read_text()
+    text = logs.extractfile(f"{run}.console").read().decode()
     start = float(re.search(r"^startup: ([\d.]+)s", text, re.M).group(1))
     inductor = float(re.search(r"^compile: .*Inductor ([\d.]+)s", text, re.M).group(1))
     waited = float(re.search(r"the run waited ([\d.]+)s", text).group(1))

@@ -51,6 +51,9 @@ usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=$PYCACHE
 [ -d "$FA3" ] && export PYTHONPATH=$FA3${PYTHONPATH:+:$PYTHONPATH}
+# NVLink multicast stays off on shared machines (a program that uses it can take the host's GPUs out of service);
+# the collectives of several GPUs need none of it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 now() { date +%s; }
 words() {  # "$@" as one line to paste into a shell: a word with other characters than these in single quotes

@@ -6,6 +6,7 @@ the clean-up. The programs' main(argv) run in this process; a subprocess only wh
 
     python3 -m pytest -q tests/test_cli.py
 """
+import contextlib
 import errno
 import importlib
 import json
@@ -595,10 +596,14 @@ def test_ctrl_c_in_a_terminal_is_one_line_from_all_processes(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "a.txt"), "--out", str(out), "--prefix", "p",
                              "--shard_tokens", "1000", "--workers", "2"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not any(out.glob("p_train_*.bin")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(out.glob("p_train_*.bin")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
+        _, err = proc.communicate(timeout=60)
+    finally:  # a driver that missed its Ctrl-C would write documents forever
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and err == "interrupted by Ctrl-C: stopped\n", err
     assert not (tmp_path / "new").exists(), list((tmp_path / "new").rglob("*"))

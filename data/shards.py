@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.files import atomic_write
+
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
@@ -74,7 +76,7 @@ def memmap_tokens(path) -> np.ndarray:
 
 
 def write_shard(path, tokens) -> None:
-    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically (atomic_write)."""
+    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically (harness/files.atomic_write)."""
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
         raise ValueError("token ids must fit in uint16")
@@ -87,27 +89,6 @@ def write_shard(path, tokens) -> None:
         f.write(header.tobytes())
         f.write(tokens.astype("<u2").tobytes())
     atomic_write(path, write)
-
-
-def atomic_write(path, write) -> None:
-    """Create or replace the file `path` with what write(binary file) writes, all or nothing: the file appears
-    complete under its name or not at all, and the old one stays until then. A failure (a full disk, Ctrl-C) also
-    removes the hidden temporary file beside it; an OSError names `path`, whichever file or call raised it."""
-    path = Path(path)
-    # hidden from globs of *.bin; cut so that only a name too long for the file system itself is refused as one
-    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "xb") as f:  # x: a file that happens to have this name is never truncated
-            write(f)
-        os.replace(tmp, path)
-    except BaseException as e:
-        # not after FileExistsError: that file is someone else's. A flag set after open() would miss a Ctrl-C that
-        # lands as open() returns.
-        if not isinstance(e, FileExistsError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno is not None:
-            raise OSError(e.errno, e.strerror, str(path)) from None
-        raise
 
 
 def find_shards(pattern: str, what: str) -> list[Path]:

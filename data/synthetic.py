@@ -17,8 +17,8 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
-from data.shards import MAX_TOKENS, ShardError, atomic_write, read_header, write_shard  # noqa: E402
-from harness.files import check_output_folder, make_output_folder  # noqa: E402
+from data.shards import MAX_TOKENS, ShardError, read_header, write_shard  # noqa: E402
+from harness.files import atomic_write, check_output_folder, make_output_folder  # noqa: E402
 from tools import cli  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100

@@ -5,8 +5,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from data.shards import atomic_write
-
 
 def stderr_line(text: str):
     """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
@@ -15,12 +13,33 @@ def stderr_line(text: str):
     sys.stderr.flush()
 
 
+def atomic_write(path, write) -> None:
+    """Create or replace the file `path` with what write(binary file) writes, all or nothing: the file appears
+    complete under its name or not at all, and the old one stays until then. A failure (a full disk, Ctrl-C) also
+    removes the hidden temporary file beside it; an OSError names `path`, whichever file or call raised it."""
+    path = Path(path)
+    # hidden from globs of *.bin; cut so that only a name too long for the file system itself is refused as one
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # x: a file that happens to have this name is never truncated
+            write(f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        # not after FileExistsError: that file is someone else's. A flag set after open() would miss a Ctrl-C that
+        # lands as open() returns.
+        if not isinstance(e, FileExistsError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
+
+
 class WriteError(OSError):
     """A file could not be written where it was asked for; the message names the path and the cause."""
 
 
 def write_atomically(path: str, write) -> None:
-    """What write(binary file) writes, through data/shards.atomic_write (a hidden temporary file renamed over `path`:
+    """What write(binary file) writes, through atomic_write (a hidden temporary file renamed over `path`:
     a reader never sees a half-written file, and a failed write leaves the previous one as it was), synced to the
     disk before the rename, so that a crash right after cannot leave an empty checkpoint either."""
     def write_synced(f):

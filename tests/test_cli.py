@@ -24,6 +24,7 @@ import torch
 
 import data.shards
 from data.shards import read_header, write_shard
+from harness import files
 from tests.utils import REPO, FullDisk, one_error_line
 from tools import cli
 
@@ -431,8 +432,8 @@ def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd
 
 @pytest.fixture
 def full_disk(monkeypatch):
-    """Every file data.shards.atomic_write writes hits a full disk after a few bytes."""
-    monkeypatch.setattr(data.shards, "open", lambda path, mode: FullDisk(open(path, mode), room=7), raising=False)
+    """Every file harness/files.atomic_write writes hits a full disk after a few bytes."""
+    monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(open(path, mode), room=7), raising=False)
 
 
 @pytest.fixture
@@ -440,7 +441,7 @@ def read_only(monkeypatch):
     """Nothing can be created in any folder, as on a read-only file system (chmod would not stop root)."""
     def refuse(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), kwargs.get("dir"))
-    monkeypatch.setattr(data.shards, "open", lambda path, mode: refuse(dir=path), raising=False)
+    monkeypatch.setattr(files, "open", lambda path, mode: refuse(dir=path), raising=False)
     monkeypatch.setattr("tempfile.TemporaryFile", refuse)
 
 
@@ -485,7 +486,7 @@ def test_failed_replace_keeps_the_previous_shard(tmp_path, monkeypatch):
 
     def no_rename(src, dst):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(src))
-    monkeypatch.setattr(data.shards.os, "replace", no_rename)
+    monkeypatch.setattr(files.os, "replace", no_rename)
     with pytest.raises(PermissionError) as e:
         write_shard(tmp_path / "s.bin", np.arange(9))
     assert e.value.filename == str(tmp_path / "s.bin")

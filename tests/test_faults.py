@@ -19,7 +19,6 @@ import pytest
 import torch
 
 import train_gpt as tg
-import data.shards
 from data.shards import fingerprint, write_shard
 from harness import files
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
@@ -226,7 +225,7 @@ def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothin
     def full_halfway(name, mode):
         opened.append(FullDisk(open(name, mode), room=len(good) // 2))
         return opened[-1]
-    monkeypatch.setattr(data.shards, "open", full_halfway, raising=False)
+    monkeypatch.setattr(files, "open", full_halfway, raising=False)
     state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
     with pytest.raises(files.WriteError) as e:
         Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 import train_gpt as tg  # noqa: E402
-from data.shards import atomic_write  # noqa: E402
+from harness.files import atomic_write  # noqa: E402
 from tools import cli  # noqa: E402
 
 STEP_KINDS = {"normuon": (False, True), "adam_tied": (True, True), "adam_untied": (True, False)}  # (do_adam, tied)

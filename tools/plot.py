@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from data.shards import atomic_write  # noqa: E402
+from harness.files import atomic_write  # noqa: E402
 from tools import cli  # noqa: E402
 
 try:

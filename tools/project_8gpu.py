@@ -45,7 +45,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.*
-from data.shards import atomic_write  # noqa: E402
+from harness.files import atomic_write  # noqa: E402
 from tools import cli  # noqa: E402
 
 # The record's schedule: three equal stages of 1450 scheduled steps, then 40 extension steps at stage 3's batch.

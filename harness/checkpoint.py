@@ -24,7 +24,7 @@ def settings_from(cls, config: dict):
 
 def save_atomically(obj, path: str):
     """torch.save straight into a temporary file renamed over `path` (harness/files.py; no copy of the whole file in
-    memory): a reader never sees a half-written file, and a failed write is a WriteError naming the path and the
+    memory): a reader never sees a half-written file, and a failed write is a UserError naming the path and the
     cause."""
     def save(f):
         try:

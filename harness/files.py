@@ -1,16 +1,11 @@
 """Writing files so that a failure is one clear line: the path and the cause, no partial file left, the previous
-good file kept; and writing that line. No torch: the data/ and tools/ programs use it too."""
+good file kept; and the output folders and files checked before the long work. No torch: every program uses it.
+Its refusals are UserErrors (harness/cli.py)."""
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-
-def stderr_line(text: str):
-    """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
-    (print() writes the newline separately: with PYTHONUNBUFFERED, a write each)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
+from harness.cli import UserError
 
 
 def atomic_write(path, write) -> None:
@@ -34,10 +29,6 @@ def atomic_write(path, write) -> None:
         raise
 
 
-class WriteError(OSError):
-    """A file could not be written where it was asked for; the message names the path and the cause."""
-
-
 def write_atomically(path: str, write) -> None:
     """What write(binary file) writes, through atomic_write (a hidden temporary file renamed over `path`:
     a reader never sees a half-written file, and a failed write leaves the previous one as it was), synced to the
@@ -49,7 +40,7 @@ def write_atomically(path: str, write) -> None:
     try:
         atomic_write(path, write_synced)
     except OSError as e:
-        raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
+        raise UserError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
 
 
 def check_output_folder(folder, option: str) -> Path:
@@ -59,7 +50,7 @@ def check_output_folder(folder, option: str) -> Path:
     existing = next(p for p in (folder, *folder.parents) if p.exists() or p == Path(p.anchor))
     if not existing.is_dir():
         where = "" if existing == folder else f": {existing}"
-        raise WriteError(f"{option} {folder}{where} is a file; name a folder (it is created if missing)")
+        raise UserError(f"{option} {folder}{where} is a file; name a folder (it is created if missing)")
     return folder
 
 
@@ -78,3 +69,19 @@ def check_writable(folder) -> None:
             pass
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(folder)) from None
+
+
+def check_output(path, inputs=()) -> Path:
+    """Before the work: the file `path` can be created or replaced (its folder exists and takes files) and is none
+    of the `inputs`, which are never overwritten."""
+    path = Path(path)
+    for name in inputs:
+        try:
+            if path.samefile(name):
+                raise UserError(f"{path} is the input {name}; name a new file for the output")
+        except FileNotFoundError:  # either one: not the same file
+            pass
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; name a file in it")
+    check_writable(path.parent)
+    return path

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness.files import stderr_line
+from harness.cli import stderr_line
 
 HOW = "launch with torchrun --standalone --nproc_per_node=N train_gpt.py (it sets them), or unset them for one process"
 

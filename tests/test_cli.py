@@ -1,8 +1,8 @@
-"""Every program under data/ and tools/*.py on bad input and faults, by the one convention of tools/cli.py: ONE line
-on stderr that starts with `error:` and names the file (and line) and the fix, a non-zero exit status, no traceback;
-the inputs unchanged and nothing written; a failed write (full disk, read-only folder, a parent that is a file, a
-name too long) leaves no partial or temporary file and keeps the previous one; Ctrl-C: one line, status 130, after
-the clean-up. The programs' main(argv) run in this process; a subprocess only where the real process matters.
+"""Every program under data/ and tools/*.py on bad input and faults, by the one convention of harness/cli.py: ONE
+line on stderr that starts with `error:` and names the file (and line) and the fix, a non-zero exit status, no
+traceback; the inputs unchanged and nothing written; a failed write (full disk, read-only folder, a parent that is a
+file, a name too long) leaves no partial or temporary file and keeps the previous one; Ctrl-C: one line, status 130,
+after the clean-up. The programs' main(argv) run in this process; a subprocess only where the real process matters.
 
     python3 -m pytest -q tests/test_cli.py
 """
@@ -24,9 +24,8 @@ import torch
 
 import data.shards
 from data.shards import read_header, write_shard
-from harness import files
+from harness import cli, files
 from tests.utils import REPO, FullDisk, one_error_line
-from tools import cli
 
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")

@@ -21,6 +21,7 @@ import torch
 import train_gpt as tg
 from data.shards import fingerprint, write_shard
 from harness import files
+from harness.cli import UserError
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.launch import read_launch
 from harness.log import Logger
@@ -210,7 +211,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(t
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(files.os, "fsync", full)
-    with pytest.raises(files.WriteError, match=f"cannot write {path}: No space left on device; the previous file"):
+    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; the previous file"):
         save_atomically({"n": 2}, str(path))
     assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
 
@@ -227,7 +228,7 @@ def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothin
         return opened[-1]
     monkeypatch.setattr(files, "open", full_halfway, raising=False)
     state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
-    with pytest.raises(files.WriteError) as e:
+    with pytest.raises(UserError) as e:
         Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))
     assert str(e.value) == f"cannot write {path}: No space left on device; the previous file, if any, is unchanged"
     assert len(opened) == 1 and opened[0].room == 0, "the write failed midway"
@@ -238,7 +239,7 @@ def test_a_log_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     log = Logger(str(tmp_path), "run", is_master=True)
     (tmp_path / "run.txt").unlink()
     (tmp_path / "run.txt").mkdir()  # writing it now fails (as a full or read-only disk would)
-    with pytest.raises(files.WriteError, match=f"cannot write the log {tmp_path / 'run.txt'}"):
+    with pytest.raises(UserError, match=f"cannot write the log {tmp_path / 'run.txt'}"):
         log("hello", console=False)
 
 

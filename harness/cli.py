@@ -1,9 +1,11 @@
-"""The one convention of the data/ and tools/ programs for bad input and faults.
+"""The ground floor: the one convention of the data/ and tools/ programs for bad input and faults, and the one
+exception type for them.
 
 A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
 the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
 Ctrl-C ends with one line and status 130, after the program's clean-up. Never a traceback: those are for bugs.
-No torch: the data tools use it.
+The code below the entry points raises UserError; only program() prints the line and exits.
+Imports nothing of the project and no torch: everything else may import it.
 """
 import argparse
 import errno
@@ -11,13 +13,18 @@ import functools
 import math
 import os
 import sys
-from pathlib import Path
-
-from harness.files import check_writable, stderr_line
 
 
-class Error(Exception):
-    """A problem the user can fix: its message says what, where (file:line) and how, on one line."""
+class UserError(Exception):
+    """A problem the user can fix: its message says what, where (file:line) and how, on one line, without the
+    `error: ` that program() puts before it."""
+
+
+def stderr_line(text: str):
+    """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
+    (print() writes the newline separately: with PYTHONUNBUFFERED, a write each)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 # what to do about an OSError, by its errno (the path and the system's words come first)
@@ -49,7 +56,7 @@ def fail(message: str, status: int = 1):
 
 
 def program(main=None, *, error_status: int = 1):
-    """Decorate main(argv): an Error, an OSError or a refusal by train_gpt.py's or harness/'s code (their
+    """Decorate main(argv): a UserError, an OSError or a refusal by train_gpt.py's or harness/'s code (their
     SystemExit("error: ...")) becomes the one `error:` line and exit status `error_status`; Ctrl-C
     (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
     if main is None:
@@ -59,7 +66,7 @@ def program(main=None, *, error_status: int = 1):
     def run(argv=None):
         try:
             return main(argv)
-        except Error as e:
+        except UserError as e:
             fail(str(e), error_status)
         except SystemExit as e:  # --help, fail() and argparse exit with a status, not a line: those pass on
             if not (isinstance(e.code, str) and e.code.startswith("error: ")):
@@ -123,18 +130,3 @@ def finite(low: float = 0.0, *, above: bool = True):
             raise argparse.ArgumentTypeError(str(e)) from None
     return parse
 
-
-def check_output(path, inputs=()) -> Path:
-    """Before the work: the file `path` can be created or replaced (its folder exists and takes files) and is none
-    of the `inputs`, which are never overwritten."""
-    path = Path(path)
-    for name in inputs:
-        try:
-            if path.samefile(name):
-                raise Error(f"{path} is the input {name}; name a new file for the output")
-        except FileNotFoundError:  # either one: not the same file
-            pass
-    if path.is_dir():
-        raise Error(f"{path} is a folder; name a file in it")
-    check_writable(path.parent)
-    return path

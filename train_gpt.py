@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from data.shards import DataError, find_shards
+from data.shards import find_shards
 from harness import compile_helpers
+from harness.cli import UserError
 from harness.settings import check_settings, parse_args
 
 # -----------------------------------------------------------------------------
@@ -1157,7 +1158,7 @@ class TrainLoader:
 
     def _advance_shard(self):
         if self._prefetch is None:
-            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
+            raise UserError(f"training data ran out after {len(self.files)} shard(s) matching "
                             f"{self.hp.train_files!r}; add shards or shorten the schedule")
         self.shard, self.doc = self._prefetch.result(), 0
         self.shard_index += 1
@@ -1223,7 +1224,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
     the BOS positions alone."""
     per_step = hp.val_micro_batch_tokens * world_size
     if hp.val_tokens % per_step:
-        raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
+        raise UserError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
                         f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
     index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
@@ -1244,7 +1245,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
                      f"of at most {longest} tokens, the rest skipped: split them when tokenizing "
                      f"(data/tokenize_text.py --max_doc_tokens {longest})" if np.median(lengths) > 2 * longest else "")
-        raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
+        raise UserError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
                         f"{covered} of the schedule's {schedule.total_steps} steps{long_docs}; add data, or shorten the "
                         "schedule: " + (f"--num_scheduled_steps {fits} fits" if fits else
                                         "no --num_scheduled_steps fits with these --micro_batch_tokens"))

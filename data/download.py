@@ -29,7 +29,7 @@ from huggingface_hub.utils import logging as hub_logging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/ and harness/
-from data.shards import HEADER_BYTES, ShardError, read_header  # noqa: E402
+from data.shards import HEADER_BYTES, read_header  # noqa: E402
 from harness import cli  # noqa: E402
 from harness.cli import UserError  # noqa: E402
 from harness.files import check_output_folder, make_output_folder  # noqa: E402
@@ -68,7 +68,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
         if path.exists():
             try:
                 valid[name] = read_header(path)
-            except ShardError as e:
+            except UserError as e:
                 invalid[name] = e
     missing, free = len(names) - len(valid), shutil.disk_usage(out).free
     if missing * SHARD_BYTES > free:
@@ -108,7 +108,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
                             f"{out}/, or train on other shards with train_gpt.py --train_files/--val_files") from None
         try:
             read_header(fetched)
-        except ShardError as e:
+        except UserError as e:
             raise UserError(f"the downloaded {name} is not a valid shard ({e}); rerun to fetch it again") from None
         paths.append(fetched)
     return paths

@@ -17,7 +17,7 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/ and harness/
-from data.shards import MAX_TOKENS, ShardError, read_header, write_shard  # noqa: E402
+from data.shards import MAX_TOKENS, read_header, write_shard  # noqa: E402
 from harness import cli  # noqa: E402
 from harness.cli import UserError  # noqa: E402
 from harness.files import atomic_write, check_output_folder, make_output_folder  # noqa: E402
@@ -130,7 +130,7 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
 def _holds(path: Path, num_tokens: int) -> bool:
     try:
         return read_header(path) == num_tokens
-    except ShardError:
+    except UserError:
         return False
 
 

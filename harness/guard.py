@@ -9,7 +9,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from data.shards import DataError, ShardError
 from harness.checkpoint import copy_tree, header, save_atomically
 from harness.cli import UserError, stderr_line
 from harness.launch import Watchdog, peer_failure
@@ -200,7 +199,7 @@ def exit_with_one_line(main):
     ranks may print theirs at once."""
     try:
         sys.exit(main())
-    except (DataError, ShardError, NonFiniteError, UserError) as e:
+    except (NonFiniteError, UserError) as e:
         line = f"error: {e}"
     except Stopped as e:
         line = str(e)

@@ -7,6 +7,8 @@ import re
 from ast import literal_eval
 from pathlib import Path
 
+from harness.cli import UserError
+
 
 def setting_help(cls) -> str:
     """Every field of `cls` with its default and meaning, in source order under its group comments: read from the
@@ -84,7 +86,7 @@ def parse_args(argv: list[str], cls, validate, check=None):
         try:
             if check is not None:
                 check(args)
-        except (OSError, ValueError, RuntimeError) as e:  # what the check found, as a one-line error
+        except (OSError, UserError) as e:  # what the check found, as a one-line error
             raise SystemExit(f"error: {e}") from None
         print("settings OK")
         raise SystemExit(0)

@@ -20,7 +20,7 @@ import tiktoken.registry
 from huggingface_hub.utils import LocalEntryNotFoundError
 
 import data.shards
-from data.shards import HEADER_BYTES, MAGIC, VERSION, ShardError, read_header, read_tokens, write_shard
+from data.shards import HEADER_BYTES, MAGIC, VERSION, read_header, read_tokens, write_shard
 from harness.cli import UserError
 from tests.utils import REPO, one_error_line
 
@@ -60,23 +60,23 @@ BAD_SHARDS = {  # name: (header, tokens, words the error must contain)
 def test_bad_header_raises_shard_error_naming_file(tmp_path, case):
     header, tokens, problem = BAD_SHARDS[case]
     path = raw_shard(tmp_path / f"{case}.bin", header, tokens)
-    with pytest.raises(ShardError, match=problem) as e:
+    with pytest.raises(UserError, match=problem) as e:
         read_header(path)
     assert str(path) in str(e.value)
-    with pytest.raises(ShardError):
+    with pytest.raises(UserError):
         read_tokens(path)
 
 
 def test_file_shorter_than_header(tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes(np.array([MAGIC, VERSION, 0], dtype="<i4").tobytes())
-    with pytest.raises(ShardError, match=f"{path}: file is 12 bytes, shorter than the {HEADER_BYTES}-byte header"):
+    with pytest.raises(UserError, match=f"{path}: file is 12 bytes, shorter than the {HEADER_BYTES}-byte header"):
         read_header(path)
 
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nope.bin"
-    with pytest.raises(ShardError, match="cannot read shard") as e:
+    with pytest.raises(UserError, match="cannot read shard") as e:
         read_header(path)
     assert str(path) in str(e.value)
 

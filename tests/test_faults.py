@@ -334,9 +334,9 @@ def test_nccl_rank_killed_mid_step_makes_the_other_exit_with_one_line(tmp_path, 
 ])
 def test_no_shards_hint_fits_the_case(tmp_path, pattern, hint):
     """The download hint only for the FineWeb default: a custom glob that matches nothing gets a hint about it."""
-    from data.shards import DataError, find_shards
+    from data.shards import find_shards
     if "fineweb10B" in pattern and list(Path(REPO, "data", "fineweb10B").glob("fineweb_train_*.bin")):
         pytest.skip("FineWeb shards are present here")
-    with pytest.raises(DataError) as e:
+    with pytest.raises(UserError) as e:
         find_shards(pattern.format(tmp=tmp_path), "train")
     assert hint.format(tmp=tmp_path) in str(e.value) and ("download" in str(e.value)) == ("fineweb10B" in pattern)

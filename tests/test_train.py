@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from data.shards import DataError, ShardError, find_shards, write_shard
+from data.shards import find_shards, write_shard
+from harness.cli import UserError
 from harness.report import compile_time_breakdown
 from kernels.attention import ATTENTION_CHOICES, select_attention
 from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
@@ -570,7 +571,7 @@ def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message)
         world = 8
     else:
         hp = dataclasses.replace(hp, val_files=str(tmp_path / "nothing_*.bin"))
-    with pytest.raises((DataError, ShardError), match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         tg.check_data(hp, tg.Schedule(hp), world)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from data.shards import find_shards
 from harness import compile_helpers
-from harness.cli import UserError
+from harness.cli import UserError, program
 from harness.settings import check_settings, parse_args
 
 # -----------------------------------------------------------------------------
@@ -116,7 +116,8 @@ def check_files(hp: Hyperparameters):
 
 
 if __name__ == "__main__":  # --help, --check, setting errors: at once; compile helpers: beside the heavy imports below
-    compile_helpers.spawn(parse_args(sys.argv[1:], Hyperparameters, validate, check_files)[0], __file__, sys.argv[1:])
+    program(lambda argv: compile_helpers.spawn(parse_args(argv, Hyperparameters, validate, check_files)[0], __file__,
+                                               argv))(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -127,7 +128,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
-from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, exit_with_one_line  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
 from harness.launch import form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
@@ -1669,4 +1670,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_with_one_line(main)
+    sys.exit(program(main, ending=run_ending)())

@@ -1,5 +1,5 @@
-"""The ground floor: the one convention of the data/ and tools/ programs for bad input and faults, and the one
-exception type for them.
+"""The ground floor: the one convention of every program (train_gpt.py, the data/ and tools/ programs) for bad
+input and faults, and the one exception type for them.
 
 A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
 the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
@@ -55,32 +55,43 @@ def fail(message: str, status: int = 1):
     raise SystemExit(status)
 
 
-def program(main=None, *, error_status: int = 1):
-    """Decorate main(argv): a UserError, an OSError or a refusal by train_gpt.py's or harness/'s code (their
-    SystemExit("error: ...")) becomes the one `error:` line and exit status `error_status`; Ctrl-C
-    (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
+def program(main=None, *, error_status: int = 1, ending=None):
+    """Decorate main(argv), the entry point of every program: a UserError, an OSError or a refusal still raised as
+    SystemExit("error: ...") becomes the one `error:` line and exit status `error_status`; Ctrl-C (KeyboardInterrupt,
+    whose message may add what the program kept) one line and 130; an exit with a status (--help's 0, argparse's 2)
+    passes as it is; anything else is a bug, with its traceback. ending(exception) -> a line or None: the program's
+    own outcomes, asked first, each ending with its line and `error_status` (train_gpt.py's: harness/guard.py)."""
     if main is None:
-        return functools.partial(program, error_status=error_status)
+        return functools.partial(program, error_status=error_status, ending=ending)
 
     @functools.wraps(main)
     def run(argv=None):
         try:
             return main(argv)
-        except UserError as e:
-            fail(str(e), error_status)
-        except SystemExit as e:  # --help, fail() and argparse exit with a status, not a line: those pass on
-            if not (isinstance(e.code, str) and e.code.startswith("error: ")):
-                raise
-            fail(e.code.removeprefix("error: "), error_status)
         except BrokenPipeError:  # the reader of our output left (`| head`): nothing to say, to no one
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
             raise SystemExit(141) from None
-        except OSError as e:
-            fail(describe_os_error(e), error_status)
-        except KeyboardInterrupt as e:
-            stderr_line(f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}")
-            raise SystemExit(130) from None
+        except BaseException as e:
+            if (said := _last_line(e, error_status, ending)) is None:
+                raise
+            stderr_line(said[0])
+            raise SystemExit(said[1]) from None
     return run
+
+
+def _last_line(e: BaseException, status: int, ending=None) -> tuple[str, int] | None:
+    """The line and exit status a program ends with on `e` (program()), or None where `e` passes on."""
+    if ending is not None and (line := ending(e)) is not None:
+        return line, status
+    if isinstance(e, UserError):
+        return f"error: {e}", status
+    if isinstance(e, SystemExit) and isinstance(e.code, str) and e.code.startswith("error: "):
+        return e.code, status
+    if isinstance(e, OSError):
+        return f"error: {describe_os_error(e)}", status
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}", 130
+    return None
 
 
 class ArgumentParser(argparse.ArgumentParser):

@@ -21,8 +21,9 @@ import torch
 import train_gpt as tg
 from data.shards import fingerprint, write_shard
 from harness import files
-from harness.cli import UserError
+from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
+from harness.guard import NonFiniteError, Stopped, run_ending
 from harness.launch import read_launch
 from harness.log import Logger
 from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
@@ -83,6 +84,42 @@ def test_a_rank_that_dies_mid_run_stops_the_other_with_one_line(synthetic_data, 
     _, err = ranks[0].communicate(timeout=120)
     assert ranks[0].returncode != 0 and time.time() - killed < 60, err[-2000:]
     one_error_line(err, "rank 0")
+
+
+
+# --- how a run ends -------------------------------------------------------------------------------------
+
+PEER_LOST = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29400"
+
+
+@pytest.mark.parametrize("raised, line", [
+    (NonFiniteError("non-finite loss or gradient at step 5"), "error: non-finite loss or gradient at step 5"),
+    (Stopped("stopped by SIGTERM before step 7; resume with: x"), "stopped by SIGTERM before step 7; resume with: x"),
+    (KeyboardInterrupt("SIGTERM"), "interrupted by SIGTERM: stopped at once, nothing saved"),
+    (KeyboardInterrupt(), "interrupted by SIGINT: stopped at once, nothing saved"),
+    (RuntimeError(PEER_LOST), "error: rank 3: a collective with the other processes failed, most likely because one "
+                              f"of them died or hangs (see its log): {PEER_LOST}"),
+    (UserError("no train shards match 'x_*.bin'"), "error: no train shards match 'x_*.bin'"),
+    (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "logs/r.txt"),
+     "error: logs/r.txt: No space left on device; free space on that disk or write elsewhere"),
+])
+def test_a_run_ends_with_one_line_and_status_1(capfd, monkeypatch, raised, line):
+    """train_gpt.py's entry point: its own outcomes (harness/guard.run_ending) and the programs' (harness/cli.py)."""
+    monkeypatch.setenv("RANK", "3")
+
+    def main(argv):
+        raise raised
+    with pytest.raises(SystemExit) as e:
+        program(main, ending=run_ending)()
+    assert e.value.code == 1 and capfd.readouterr().err == line + "\n"
+
+
+def test_a_bug_in_a_run_keeps_its_traceback(capfd):
+    def main(argv):
+        raise RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        program(main, ending=run_ending)()
+    assert capfd.readouterr().err == ""
 
 
 # --- files that are not what they claim -------------------------------------------------------------

@@ -189,16 +189,16 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
     launch = read_launch()
     rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
     if MICRO_BATCHES % world_size != 0:
-        raise SystemExit(f"error: world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
-                         f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
+        raise UserError(f"world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
+                        f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda was requested but CUDA is not available "
-                         "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
+        raise UserError("--device cuda was requested but CUDA is not available "
+                        "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda:
         if local_rank >= torch.cuda.device_count():
-            raise SystemExit(f"error: local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                             "start at most one process per GPU")
+            raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                            "start at most one process per GPU")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -213,8 +213,8 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
             attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
     if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
         if world_size > 1:
-            raise SystemExit(f"error: --emulate_world_size {args.emulate_world_size} runs in one process; start it "
-                             "with python3 or torchrun --nproc_per_node=1")
+            raise UserError(f"--emulate_world_size {args.emulate_world_size} runs in one process; start it "
+                            "with python3 or torchrun --nproc_per_node=1")
         world_size = args.emulate_world_size
     return Runtime(rank, world_size, device, MICRO_BATCHES // world_size, attention)
 
@@ -1640,8 +1640,8 @@ def main(argv: list[str] | None = None) -> int:
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if resume and resume["data"] != data.fingerprint:
-            raise SystemExit(f"error: the shards are not those the checkpoint was cut from (names, sizes or tokens "
-                             f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
+            raise UserError(f"the shards are not those the checkpoint was cut from (names, sizes or tokens "
+                            f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
         if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
             dist.barrier()
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)

@@ -2,10 +2,10 @@
 input and faults, and the one exception type for them.
 
 A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
-the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
-Ctrl-C ends with one line and status 130, after the program's clean-up. Never a traceback: those are for bugs.
-The code below the entry points raises UserError; only program() prints the line and exits.
-Imports nothing of the project and no torch: everything else may import it.
+the file (and line, where there is one) and says the fix, with exit status 1 (2 for an argument ArgumentParser refuses);
+Ctrl-C ends with one line and status 130, after the program's clean-up (train_gpt.py's signals: a line of its own
+and 1). Never a traceback: those are for bugs. The code below the entry points raises UserError; only program()
+prints the line and exits. Imports nothing of the project and no torch: everything else may import it.
 """
 import argparse
 import errno
@@ -56,11 +56,11 @@ def fail(message: str, status: int = 1):
 
 
 def program(main=None, *, error_status: int = 1, ending=None):
-    """Decorate main(argv), the entry point of every program: a UserError, an OSError or a refusal still raised as
-    SystemExit("error: ...") becomes the one `error:` line and exit status `error_status`; Ctrl-C (KeyboardInterrupt,
-    whose message may add what the program kept) one line and 130; an exit with a status (--help's 0, argparse's 2)
-    passes as it is; anything else is a bug, with its traceback. ending(exception) -> a line or None: the program's
-    own outcomes, asked first, each ending with its line and `error_status` (train_gpt.py's: harness/guard.py)."""
+    """Decorate main(argv), the entry point of every program: a UserError or an OSError becomes the one `error:` line
+    and exit status `error_status`; Ctrl-C (KeyboardInterrupt, whose message may add what the program kept) one line
+    and 130; an exit with a status (--help's 0, argparse's 2) passes as it is; anything else is a bug, with its
+    traceback. ending(exception) -> a line or None: the program's own outcomes, asked first, each ending with its
+    line and `error_status` (train_gpt.py's: harness/guard.run_ending)."""
     if main is None:
         return functools.partial(program, error_status=error_status, ending=ending)
 
@@ -85,8 +85,6 @@ def _last_line(e: BaseException, status: int, ending=None) -> tuple[str, int] | 
         return line, status
     if isinstance(e, UserError):
         return f"error: {e}", status
-    if isinstance(e, SystemExit) and isinstance(e.code, str) and e.code.startswith("error: "):
-        return e.code, status
     if isinstance(e, OSError):
         return f"error: {describe_os_error(e)}", status
     if isinstance(e, KeyboardInterrupt):

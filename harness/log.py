@@ -70,8 +70,8 @@ def check_log_place(settings):
                         "another folder") from None
     taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
     if settings.run_id and not settings.resume and not settings.overwrite and taken.exists():
-        raise SystemExit(f"error: --run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
-                         "pass --overwrite True to replace that run's files")
+        raise UserError(f"--run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
+                        "pass --overwrite True to replace that run's files")
 
 
 def open_log(settings, is_master: bool, distributed: bool, resuming: bool) -> Logger:

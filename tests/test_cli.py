@@ -412,12 +412,12 @@ def test_replay_refuses_with_status_2(tmp_path, capfd, content, words):
 
 
 def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd):
-    """train_gpt.py and harness/ refuse with SystemExit("error: ..."): the line comes out with the program's status
-    (replay's 2, as its own refusals); an exit with a status (--help's 0, argparse's 2) passes as it is."""
+    """train_gpt.py and harness/ refuse with a UserError: the line comes out with the program's status (replay's 2,
+    as its own refusals); an exit with a status (--help's 0, argparse's 2) passes as it is."""
     @cli.program(error_status=2)
     def main(argv):
-        raise SystemExit(argv)
-    refused(capfd, main, "error: --device cuda was requested but CUDA is not available", tmp_path,
+        raise SystemExit(argv) if isinstance(argv, int) else cli.UserError(argv)
+    refused(capfd, main, "--device cuda was requested but CUDA is not available", tmp_path,
             ["error: --device cuda was requested"], status=2)
     for status in (0, 2):
         with pytest.raises(SystemExit) as e:

@@ -71,7 +71,7 @@ def test_parse_args_forms_and_types():
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
 ])
 def test_parse_args_errors(argv, message):
-    with pytest.raises(SystemExit, match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
 
 
@@ -242,7 +242,7 @@ def gpu_attention_kernels() -> list[str]:
         return ["sdpa"]
     try:
         return ["varlen", select_attention("fa3", torch.device("cuda"), hub_wait=0).kernel]
-    except SystemExit:
+    except UserError:
         return ["varlen"]
 
 

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 
+from harness.cli import UserError
 from harness.launch import read_launch
 
 ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
@@ -67,7 +68,7 @@ def spawn(settings, script: str, argv: list[str]):
     if _spawned is None and wanted(settings) and os.path.exists(NVIDIA_DEVICE):
         try:
             world_size = read_launch().world_size
-        except SystemExit:  # a bad launch environment: main() refuses it, in its one line
+        except UserError:  # a bad launch environment: main() refuses it, in its one line
             return
         _spawned = CompileHelpers(script, argv, world_size, bool(settings.emulate_world_size))
 

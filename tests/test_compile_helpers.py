@@ -17,6 +17,7 @@ import torch
 from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
+from harness.cli import UserError
 from tests.utils import REPO, TINY_FLAGS, cpu_trainer, settings
 
 
@@ -101,7 +102,7 @@ def test_a_bad_launch_environment_is_refused_by_the_run_not_the_spawn(gpu_machin
     gpu_machine.setenv("WORLD_SIZE", "two")
     compile_helpers.spawn(wanted(), "train_gpt.py", [])
     assert Popen.started == []
-    with pytest.raises(SystemExit, match="WORLD_SIZE='two' must be an integer"):
+    with pytest.raises(UserError, match="WORLD_SIZE='two' must be an integer"):
         compile_helpers.attach(wanted(), "train_gpt.py", [])
 
 

@@ -148,7 +148,7 @@ if mode in ("fail", "crash", "wait"):  # the others: until a signal (each is cou
         time.sleep(0.05)
     time.sleep(0.5)  # a second signal would arrive by now
     if mode == "wait":
-        sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/files.stderr_line
+        sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/cli.stderr_line
     sys.exit(1)
 sys.exit("stub train_gpt.py: started without --check")
 """

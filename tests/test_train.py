@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from data.shards import DataError, ShardError, find_shards, write_shard
+from data.shards import find_shards, write_shard
+from harness.cli import UserError
 from harness.report import compile_time_breakdown
 from kernels.attention import ATTENTION_CHOICES, select_attention
 from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
@@ -71,7 +72,7 @@ def test_parse_args_forms_and_types():
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
 ])
 def test_parse_args_errors(argv, message):
-    with pytest.raises(SystemExit, match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
 
 
@@ -242,7 +243,7 @@ def gpu_attention_kernels() -> list[str]:
         return ["sdpa"]
     try:
         return ["varlen", select_attention("fa3", torch.device("cuda"), hub_wait=0).kernel]
-    except SystemExit:
+    except UserError:
         return ["varlen"]
 
 
@@ -571,7 +572,7 @@ def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message)
         world = 8
     else:
         hp = dataclasses.replace(hp, val_files=str(tmp_path / "nothing_*.bin"))
-    with pytest.raises((DataError, ShardError), match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         tg.check_data(hp, tg.Schedule(hp), world)
 
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from data.shards import DataError, find_shards
+from data.shards import find_shards
 from harness import compile_helpers
+from harness.cli import UserError, program
 from harness.settings import need, parse_args, runtime
 
 # -----------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def check_files(hp: Hyperparameters):
 
 
 if __name__ == "__main__":  # --help, --check and setting errors answer before the heavy imports below
-    parse_args(sys.argv[1:], Hyperparameters, validate, check_files)
+    program(lambda argv: parse_args(argv, Hyperparameters, validate, check_files))(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -207,7 +208,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
-from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, exit_with_one_line  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
 from harness.launch import Watchdog, form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
@@ -268,16 +269,16 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
     launch = read_launch()
     rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
     if MICRO_BATCHES % world_size != 0:
-        raise SystemExit(f"error: world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
-                         f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
+        raise UserError(f"world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
+                        f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda was requested but CUDA is not available "
-                         "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
+        raise UserError("--device cuda was requested but CUDA is not available "
+                        "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if use_cuda:
         if local_rank >= torch.cuda.device_count():
-            raise SystemExit(f"error: local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                             "start at most one process per GPU")
+            raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                            "start at most one process per GPU")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
@@ -292,8 +293,8 @@ def setup_runtime(args: Hyperparameters) -> Runtime:
             attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
     if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
         if world_size > 1:
-            raise SystemExit(f"error: --emulate_world_size {args.emulate_world_size} runs in one process; start it "
-                             "with python3 or torchrun --nproc_per_node=1")
+            raise UserError(f"--emulate_world_size {args.emulate_world_size} runs in one process; start it "
+                            "with python3 or torchrun --nproc_per_node=1")
         world_size = args.emulate_world_size
     return Runtime(rank, world_size, device, MICRO_BATCHES // world_size, attention)
 
@@ -1238,7 +1239,7 @@ class TrainLoader:
 
     def _advance_shard(self):
         if self._prefetch is None:
-            raise DataError(f"training data ran out after {len(self.files)} shard(s) matching "
+            raise UserError(f"training data ran out after {len(self.files)} shard(s) matching "
                             f"{self.hp.train_files!r}; add shards or shorten the schedule")
         self.shard, self.doc = self._prefetch.result(), 0
         self.shard_index += 1
@@ -1304,7 +1305,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
     the BOS positions alone."""
     per_step = hp.val_micro_batch_tokens * world_size
     if hp.val_tokens % per_step:
-        raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
+        raise UserError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
                         f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
     index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
@@ -1325,7 +1326,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
                      f"of at most {longest} tokens, the rest skipped: split them when tokenizing "
                      f"(data/tokenize_text.py --max_doc_tokens {longest})" if np.median(lengths) > 2 * longest else "")
-        raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
+        raise UserError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
                         f"{covered} of the schedule's {schedule.total_steps} steps{long_docs}; add data, or shorten the "
                         "schedule: " + (f"--num_scheduled_steps {fits} fits" if fits else
                                         "no --num_scheduled_steps fits with these --micro_batch_tokens"))
@@ -1772,8 +1773,8 @@ def main(argv: list[str] | None = None) -> int:
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if resume and resume["data"] != data.fingerprint:
-            raise SystemExit(f"error: the shards are not those the checkpoint was cut from (names, sizes or tokens "
-                             f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
+            raise UserError(f"the shards are not those the checkpoint was cut from (names, sizes or tokens "
+                            f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
         if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
             dist.barrier()
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
@@ -1802,4 +1803,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_with_one_line(main)
+    sys.exit(program(main, ending=run_ending)())

@@ -28,10 +28,11 @@ from huggingface_hub.utils import LocalEntryNotFoundError
 from huggingface_hub.utils import logging as hub_logging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
-from data.shards import HEADER_BYTES, ShardError, read_header  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/ and harness/
+from data.shards import HEADER_BYTES, read_header  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
 from harness.files import check_output_folder, make_output_folder  # noqa: E402
-from tools import cli  # noqa: E402
 
 HUB_REPO = "kjj0/fineweb10B-gpt2"
 DEFAULT_TRAIN_SHARDS = 8
@@ -49,7 +50,7 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
              repo_id: str = HUB_REPO) -> list[Path]:
     """Make sure `out` holds valid copies of the val shard and the first train shards; return their paths.
 
-    Raises cli.Error (or OSError) with what failed and how to retry when a file cannot be fetched; what the hub
+    Raises UserError (or OSError) with what failed and how to retry when a file cannot be fetched; what the hub
     client keeps in out/.cache after a failure is only a partial file to resume, and the message says so.
     """
     out = check_output_folder(out, "--out")
@@ -63,15 +64,15 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
     for name in names:
         path = out / name
         if path.exists() and not path.is_file():
-            raise cli.Error(f"{path} is a folder, not a shard; move it away and rerun")
+            raise UserError(f"{path} is a folder, not a shard; move it away and rerun")
         if path.exists():
             try:
                 valid[name] = read_header(path)
-            except ShardError as e:
+            except UserError as e:
                 invalid[name] = e
     missing, free = len(names) - len(valid), shutil.disk_usage(out).free
     if missing * SHARD_BYTES > free:
-        raise cli.Error(f"{out}: {free / 1e9:.1f} GB free, but the {missing} missing shards need about "
+        raise UserError(f"{out}: {free / 1e9:.1f} GB free, but the {missing} missing shards need about "
                         f"{missing * SHARD_BYTES / 1e9:.1f} GB; free space, fetch fewer shards or choose another --out")
     cache_existed = (out / ".cache").exists()
     paths = []
@@ -101,14 +102,14 @@ def download(num_train_shards: int = DEFAULT_TRAIN_SHARDS, out=REPO_ROOT / "data
             # offline, the client raises LocalEntryNotFoundError: the hub did not answer and no cached copy exists
             problem = ("the Hugging Face hub is unreachable" if isinstance(e, LocalEntryNotFoundError)
                        else f"{type(e).__name__}: {' '.join(str(e).split())}")
-            raise cli.Error(f"could not fetch {name} from the Hugging Face dataset {repo_id}: {problem}. Rerun with "
+            raise UserError(f"could not fetch {name} from the Hugging Face dataset {repo_id}: {problem}. Rerun with "
                             f"network access (valid files are skipped{'; ' + kept if kept else ''}; HF_ENDPOINT "
                             f"selects a mirror), or copy {names[0]} and the train shards up to {names[-1]} into "
                             f"{out}/, or train on other shards with train_gpt.py --train_files/--val_files") from None
         try:
             read_header(fetched)
-        except ShardError as e:
-            raise cli.Error(f"the downloaded {name} is not a valid shard ({e}); rerun to fetch it again") from None
+        except UserError as e:
+            raise UserError(f"the downloaded {name} is not a valid shard ({e}); rerun to fetch it again") from None
         paths.append(fetched)
     return paths
 

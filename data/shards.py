@@ -13,19 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.cli import UserError
+from harness.files import atomic_write
+
 MAGIC = 20240520
 VERSION = 1
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 MAX_TOKENS = 2**31 - 1  # the header's int32 count
-
-
-class ShardError(ValueError):
-    """A token shard is missing, truncated, has a bad header or tokens outside the vocabulary."""
-
-
-class DataError(RuntimeError):
-    """The data cannot feed the configured run (missing, too short, or exhausted)."""
 
 
 def read_header(path) -> int:
@@ -34,23 +29,23 @@ def read_header(path) -> int:
     try:
         size = path.stat().st_size
     except OSError as e:
-        raise ShardError(f"{path}: cannot read shard ({e.strerror})") from None
+        raise UserError(f"{path}: cannot read shard ({e.strerror})") from None
     if not path.is_file():
-        raise ShardError(f"{path}: not a file; name a .bin shard")
+        raise UserError(f"{path}: not a file; name a .bin shard")
     if size < HEADER_BYTES:
-        raise ShardError(f"{path}: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header; "
-                         "the download was probably cut off - delete it and fetch it again")
+        raise UserError(f"{path}: file is {size} bytes, shorter than the {HEADER_BYTES}-byte header; "
+                        "the download was probably cut off - delete it and fetch it again")
     header = np.fromfile(path, dtype="<i4", count=HEADER_INTS)
     if header[0] != MAGIC:
-        raise ShardError(f"{path}: bad magic number {header[0]} (expected {MAGIC}); "
-                         "not a token shard in the FineWeb .bin format")
+        raise UserError(f"{path}: bad magic number {header[0]} (expected {MAGIC}); "
+                        "not a token shard in the FineWeb .bin format")
     if header[1] != VERSION:
-        raise ShardError(f"{path}: unsupported shard version {header[1]} (expected {VERSION})")
+        raise UserError(f"{path}: unsupported shard version {header[1]} (expected {VERSION})")
     num_tokens = int(header[2])
     expected = HEADER_BYTES + 2 * num_tokens
     if num_tokens < 0 or size != expected:
-        raise ShardError(f"{path}: header claims {num_tokens} tokens ({expected} bytes) but the file has "
-                         f"{size} bytes; the file is truncated or corrupt - delete it and fetch it again")
+        raise UserError(f"{path}: header claims {num_tokens} tokens ({expected} bytes) but the file has "
+                        f"{size} bytes; the file is truncated or corrupt - delete it and fetch it again")
     return num_tokens
 
 
@@ -64,7 +59,7 @@ def read_tokens(path, out: np.ndarray | None = None) -> np.ndarray:
         f.seek(HEADER_BYTES)
         nbytes = f.readinto(out)
     if nbytes != 2 * num_tokens:
-        raise ShardError(f"{path}: read {nbytes} bytes of tokens, expected {2 * num_tokens}")
+        raise UserError(f"{path}: read {nbytes} bytes of tokens, expected {2 * num_tokens}")
     return out
 
 
@@ -74,7 +69,7 @@ def memmap_tokens(path) -> np.ndarray:
 
 
 def write_shard(path, tokens) -> None:
-    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically (atomic_write)."""
+    """Write tokens (any integer array with values < 2**16) as a .bin shard, atomically (harness/files.atomic_write)."""
     tokens = np.asarray(tokens)
     if tokens.size and (tokens.min() < 0 or tokens.max() >= 2**16):
         raise ValueError("token ids must fit in uint16")
@@ -89,27 +84,6 @@ def write_shard(path, tokens) -> None:
     atomic_write(path, write)
 
 
-def atomic_write(path, write) -> None:
-    """Create or replace the file `path` with what write(binary file) writes, all or nothing: the file appears
-    complete under its name or not at all, and the old one stays until then. A failure (a full disk, Ctrl-C) also
-    removes the hidden temporary file beside it; an OSError names `path`, whichever file or call raised it."""
-    path = Path(path)
-    # hidden from globs of *.bin; cut so that only a name too long for the file system itself is refused as one
-    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "xb") as f:  # x: a file that happens to have this name is never truncated
-            write(f)
-        os.replace(tmp, path)
-    except BaseException as e:
-        # not after FileExistsError: that file is someone else's. A flag set after open() would miss a Ctrl-C that
-        # lands as open() returns.
-        if not isinstance(e, FileExistsError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(e, OSError) and e.errno is not None:
-            raise OSError(e.errno, e.strerror, str(path)) from None
-        raise
-
-
 def find_shards(pattern: str, what: str) -> list[Path]:
     """The files matching --{what}_files, in name order; none, or a folder among them, is an error. A folder that
     exists as written is taken literally: `run[1]/*.bin` means that folder, not `run1/`."""
@@ -121,18 +95,18 @@ def find_shards(pattern: str, what: str) -> list[Path]:
                if "fineweb10B" in pattern else  # the default FineWeb glob
                f"the folder {folder!r} does not exist" if folder and not os.path.isdir(folder) else
                "check the file names and the glob's quotes (an unquoted * is expanded by the shell)")
-        raise DataError(f"no {what} shards match {pattern!r}; {fix}")
+        raise UserError(f"no {what} shards match {pattern!r}; {fix}")
     for f in files:
         if not f.is_file():
-            raise DataError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "
+            raise UserError(f"--{what}_files {pattern!r} matches {f}, which is not a file; give a glob of .bin "
                             f"shards, e.g. '{f}/*.bin'")
     return files
 
 
 def _check_ids(path, tokens: np.ndarray, vocab_size: int):
     if tokens.size and int(tokens.max()) >= vocab_size:
-        raise ShardError(f"{path}: token id {int(tokens.max())} >= vocab_size {vocab_size}; "
-                         "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
+        raise UserError(f"{path}: token id {int(tokens.max())} >= vocab_size {vocab_size}; "
+                        "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
 
 
 def scan_shard(path, bos_id: int, vocab_size: int) -> np.ndarray:
@@ -149,7 +123,7 @@ def scan_train_shards(pattern: str, bos_id: int, vocab_size: int) -> dict[Path, 
         index = dict(zip(files, pool.map(lambda f: scan_shard(f, bos_id, vocab_size), files)))
     for f, bos in index.items():
         if bos.size == 0:
-            raise DataError(f"{f}: no document separator (token {bos_id}) in the shard: every document must start "
+            raise UserError(f"{f}: no document separator (token {bos_id}) in the shard: every document must start "
                             "with one; check --bos_id, or tokenize with data/tokenize_text.py")
     return index
 
@@ -165,7 +139,7 @@ def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> list[Pat
         used.append(f)
         have += tokens.size
     if have < num_tokens:
-        raise DataError(f"validation shards {pattern!r} hold {have:,} tokens but the run reads {num_tokens:,} "
+        raise UserError(f"validation shards {pattern!r} hold {have:,} tokens but the run reads {num_tokens:,} "
                         f"(--val_tokens and one more, the last target); lower --val_tokens or add validation data")
     return used
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
-from data.shards import MAX_TOKENS, ShardError, atomic_write, read_header, write_shard  # noqa: E402
-from harness.files import check_output_folder, make_output_folder  # noqa: E402
-from tools import cli  # noqa: E402
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/ and harness/
+from data.shards import MAX_TOKENS, read_header, write_shard  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from harness.files import atomic_write, check_output_folder, make_output_folder  # noqa: E402
 
 MEDIAN_DOC_TOKENS = 100
 DOC_LENGTH_SIGMA = 1.2  # log-normal spread: ~0.5% of documents have 1-5 tokens, a few run to thousands
@@ -84,22 +85,22 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
     Shards already there with the expected token count are kept unless force=True.
     """
     if not 2 < vocab_size <= 2**16:
-        raise cli.Error(f"--vocab_size {vocab_size} must be in 3..65536 (uint16 tokens)")
+        raise UserError(f"--vocab_size {vocab_size} must be in 3..65536 (uint16 tokens)")
     if not 1 <= branching < vocab_size:
-        raise cli.Error(f"--branching {branching} must be in 1..{vocab_size - 1} (--vocab_size - 1)")
+        raise UserError(f"--branching {branching} must be in 1..{vocab_size - 1} (--vocab_size - 1)")
     if seed < 0:
-        raise cli.Error(f"--seed {seed} must be >= 0")
+        raise UserError(f"--seed {seed} must be >= 0")
     if train_shards < 1 or train_tokens < train_shards or val_tokens < 1:
-        raise cli.Error(f"need --train_shards >= 1 (got {train_shards}), --train_tokens >= --train_shards (got "
+        raise UserError(f"need --train_shards >= 1 (got {train_shards}), --train_tokens >= --train_shards (got "
                         f"{train_tokens}) and --val_tokens >= 1 (got {val_tokens})")
     if max(val_tokens, -(-train_tokens // train_shards)) > MAX_TOKENS:
-        raise cli.Error(f"a shard holds at most {MAX_TOKENS:,} tokens: lower --val_tokens, or raise --train_shards "
+        raise UserError(f"a shard holds at most {MAX_TOKENS:,} tokens: lower --val_tokens, or raise --train_shards "
                         "for these --train_tokens")
     out = check_output_folder(out, "--out")
     train_paths, val_path = shard_paths(out, train_shards)
     stale = sorted(set(out.glob("synthetic_train_*.bin")) - set(train_paths))
     if stale:
-        raise cli.Error(f"{out} holds train shards beyond the {train_shards} requested ({stale[0].name} ...); "
+        raise UserError(f"{out} holds train shards beyond the {train_shards} requested ({stale[0].name} ...); "
                         "training globs would pick them up - delete them first")
     make_output_folder(out)
 
@@ -129,7 +130,7 @@ def generate(out=REPO_ROOT / "data" / "synthetic", vocab_size=256, train_tokens=
 def _holds(path: Path, num_tokens: int) -> bool:
     try:
         return read_header(path) == num_tokens
-    except ShardError:
+    except UserError:
         return False
 
 

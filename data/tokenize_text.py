@@ -41,10 +41,11 @@ import numpy as np
 import tiktoken
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/, harness/ and tools/
+sys.path.insert(0, str(REPO_ROOT))  # run as a script: the repository root, for data/ and harness/
 from data.shards import MAX_TOKENS, write_shard  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
 from harness.files import check_output_folder, make_output_folder  # noqa: E402
-from tools import cli  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -59,11 +60,11 @@ def input_files(inputs) -> list[Path]:
         elif name.is_file():
             files.append(name)
         elif name.exists():
-            raise cli.Error(f"input {name} is neither a file nor a folder; name .jsonl/.txt files or folders of them")
+            raise UserError(f"input {name} is neither a file nor a folder; name .jsonl/.txt files or folders of them")
         else:
-            raise cli.Error(f"input {name} does not exist; check the path")
+            raise UserError(f"input {name} does not exist; check the path")
     if not files:
-        raise cli.Error(f"no {'/'.join(INPUT_SUFFIXES)} files in {', '.join(map(str, inputs))}; name the files "
+        raise UserError(f"no {'/'.join(INPUT_SUFFIXES)} files in {', '.join(map(str, inputs))}; name the files "
                         "themselves or folders that hold such files")
     return files
 
@@ -87,10 +88,10 @@ def _file_documents(path: Path, text_field: str, line_docs: bool):
                 try:
                     text = json.loads(line)[text_field]
                 except (ValueError, KeyError, TypeError, RecursionError) as e:  # ValueError: bad JSON, huge ints
-                    raise cli.Error(f"{path}:{line_no}: not a JSON object with a {text_field!r} field ({e}); fix the "
+                    raise UserError(f"{path}:{line_no}: not a JSON object with a {text_field!r} field ({e}); fix the "
                                     "line, or name the field holding the text with --text_field") from None
                 if not isinstance(text, str):
-                    raise cli.Error(f"{path}:{line_no}: the {text_field!r} field is {json.dumps(text)[:40]}, not a "
+                    raise UserError(f"{path}:{line_no}: the {text_field!r} field is {json.dumps(text)[:40]}, not a "
                                     "string; give every line its document's text as a string, or drop the line")
                 yield text
     elif line_docs:
@@ -100,7 +101,7 @@ def _file_documents(path: Path, text_field: str, line_docs: bool):
         yield path.read_text(encoding="utf-8-sig")
 
 
-def _not_utf8_error(path: Path) -> cli.Error:
+def _not_utf8_error(path: Path) -> UserError:
     """Name the first line that is not UTF-8: the decoder's error position counts from its read buffer, not the file.
     Lines can be decoded one by one because no UTF-8 sequence contains the newline byte."""
     location, detail = str(path), ""
@@ -111,7 +112,7 @@ def _not_utf8_error(path: Path) -> cli.Error:
             except UnicodeDecodeError as e:
                 location, detail = f"{path}:{line_no}", f" (byte {line[e.start]:#04x} at column {e.start + 1})"
                 break
-    return cli.Error(f"{location}: not UTF-8{detail}; convert the file to UTF-8 first, "
+    return UserError(f"{location}: not UTF-8{detail}; convert the file to UTF-8 first, "
                      "e.g. with iconv -f <its encoding> -t utf-8")
 
 
@@ -121,7 +122,7 @@ def load_gpt2() -> tiktoken.Encoding:
     except Exception as e:  # tiktoken raises whatever its download raised (requests, hash mismatch, disk)
         cache = os.environ.get("TIKTOKEN_CACHE_DIR")
         where = f"TIKTOKEN_CACHE_DIR ({cache})" if cache else "tiktoken's cache (TIKTOKEN_CACHE_DIR is not set)"
-        raise cli.Error(f"cannot load tiktoken's gpt2 encoding: its BPE files are not in {where} and downloading "
+        raise UserError(f"cannot load tiktoken's gpt2 encoding: its BPE files are not in {where} and downloading "
                         f"them failed ({type(e).__name__}); set TIKTOKEN_CACHE_DIR to a folder holding the GPT-2 "
                         "BPE files, or run once with network access to cache them") from None
 
@@ -159,16 +160,16 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
     if shard_tokens < 1 or val_tokens < 0:
         raise ValueError("shard_tokens must be >= 1 and val_tokens >= 0")
     if not PLAIN_NAME.fullmatch(prefix):  # a '/' or '..' would write outside --out
-        raise cli.Error(f"--prefix {prefix!r} must be a plain file name (letters, digits, '.', '_', '-'); "
+        raise UserError(f"--prefix {prefix!r} must be a plain file name (letters, digits, '.', '_', '-'); "
                         "--out sets the folder")
     out = check_output_folder(out, "--out")
     existing = sorted(out.glob(f"{prefix}_*.bin"))
     if existing:  # mixing old and new shards under one glob would silently change the data
-        raise cli.Error(f"{out} already holds {prefix}_*.bin shards ({existing[0].name} ...); "
+        raise UserError(f"{out} already holds {prefix}_*.bin shards ({existing[0].name} ...); "
                         "delete them or choose another --prefix or --out")
     files = input_files(inputs)
     if line_docs and all(f.suffix == ".jsonl" for f in files):
-        raise cli.Error("--line_docs splits .txt files into lines, but every input is .jsonl, whose lines are "
+        raise UserError("--line_docs splits .txt files into lines, but every input is .jsonl, whose lines are "
                         "documents already; drop it (--max_doc_tokens N splits long documents)")
     encoding = load_gpt2() if encoding is None else encoding  # fail here, before anything is written
 
@@ -208,10 +209,10 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
                     write(f"{prefix}_train_{train_index:06d}.bin", buffer)
                     filled, train_index = 0, train_index + 1
         if total == num_docs:  # separators only
-            raise cli.Error(f"no text in {', '.join(map(str, inputs))} ({num_docs:,} documents, all empty); "
+            raise UserError(f"no text in {', '.join(map(str, inputs))} ({num_docs:,} documents, all empty); "
                             "check the inputs (and --text_field)")
         if writing_val:
-            raise cli.Error(f"the input has only {val_size:,} tokens, fewer than --val_tokens {val_tokens:,} + 1; "
+            raise UserError(f"the input has only {val_size:,} tokens, fewer than --val_tokens {val_tokens:,} + 1; "
                             "lower --val_tokens or add text")
         if filled:
             write(f"{prefix}_train_{train_index:06d}.bin", buffer[:filled])

@@ -8,6 +8,7 @@ import zipfile
 import torch
 from torch import Tensor
 
+from harness.cli import UserError
 from harness.files import write_atomically
 from harness.settings import runtime_settings
 
@@ -21,7 +22,7 @@ def settings_from(cls, config: dict):
 
 def save_atomically(obj, path: str):
     """torch.save straight into a temporary file renamed over `path` (harness/files.py; no copy of the whole file in
-    memory): a reader never sees a half-written file, and a failed write is a WriteError naming the path and the
+    memory): a reader never sees a half-written file, and a failed write is a UserError naming the path and the
     cause."""
     def save(f):
         try:
@@ -51,26 +52,26 @@ def header(kind: str, rank: int, world_size: int, data: str, settings) -> dict:
 
 
 def read_file(path: str, kind: str) -> dict:
-    """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a one-line SystemExit saying why not.
+    """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a UserError saying why not.
     weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
     try:
         with open(path, "rb") as f:
             ours = zipfile.is_zipfile(f)  # torch.save writes a zip archive; anything else is not ours
         if not ours:
-            raise SystemExit(f"error: {path} is not a readable {kind} of train_gpt.py (not a file torch.save wrote)")
+            raise UserError(f"{path} is not a readable {kind} of train_gpt.py (not a file torch.save wrote)")
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
-        raise SystemExit(f"error: {path} is not a {kind} of train_gpt.py: it holds objects other than tensors "
-                         "and plain containers, which are not loaded") from None
+        raise UserError(f"{path} is not a {kind} of train_gpt.py: it holds objects other than tensors "
+                        "and plain containers, which are not loaded") from None
     except (OSError, EOFError, RuntimeError, zipfile.BadZipFile) as e:
-        raise SystemExit(f"error: {path} is not a readable {kind} of train_gpt.py "
-                         f"({(str(e).splitlines() or [type(e).__name__])[0]})") from None
+        raise UserError(f"{path} is not a readable {kind} of train_gpt.py "
+                        f"({(str(e).splitlines() or [type(e).__name__])[0]})") from None
     found = obj.get("kind") if isinstance(obj, dict) else None
     if found != kind:
-        raise SystemExit(f"error: {path} is {'a ' + found if found else 'not a file train_gpt.py wrote'}, not a {kind}")
+        raise UserError(f"{path} is {'a ' + found if found else 'not a file train_gpt.py wrote'}, not a {kind}")
     if obj.get("format") != FORMAT:
-        raise SystemExit(f"error: {path} is a {kind} of format {obj.get('format')!r}, from another version of "
-                         f"train_gpt.py (this one reads format {FORMAT}); resume it with the version that wrote it")
+        raise UserError(f"{path} is a {kind} of format {obj.get('format')!r}, from another version of "
+                        f"train_gpt.py (this one reads format {FORMAT}); resume it with the version that wrote it")
     return obj
 
 
@@ -113,30 +114,30 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
     path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", settings.resume)
     checkpoint = read_file(path, "checkpoint")
     if (checkpoint["rank"], checkpoint["world_size"]) != (rank, world_size):
-        raise SystemExit(f"error: {path} holds rank {checkpoint['rank']} of a {checkpoint['world_size']}-process run; "
-                         f"this is rank {rank} of {world_size}: resume on as many processes, with each rank's own file")
+        raise UserError(f"{path} holds rank {checkpoint['rank']} of a {checkpoint['world_size']}-process run; "
+                        f"this is rank {rank} of {world_size}: resume on as many processes, with each rank's own file")
     cls = type(settings)
     fields = {f.name for f in dataclasses.fields(cls)}
     if set(checkpoint["config"]) != fields:
         odd = sorted(set(checkpoint["config"]) ^ fields)
-        raise SystemExit(f"error: {path} was written with other settings ({', '.join(odd)}) by another version of "
-                         "train_gpt.py; resume it with the version that wrote it")
+        raise UserError(f"{path} was written with other settings ({', '.join(odd)}) by another version of "
+                        "train_gpt.py; resume it with the version that wrote it")
     saved, may_change = settings_from(cls, checkpoint["config"]), runtime_settings(cls)
     for name in sorted(given - {"resume"}):
         now, was = getattr(settings, name), getattr(saved, name)
         if name in may_change:
             setattr(saved, name, now)
         elif now != was:
-            raise SystemExit(f"error: --{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
-                             f"settings (it may change only {', '.join(sorted(may_change))})")
+            raise UserError(f"--{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
+                            f"settings (it may change only {', '.join(sorted(may_change))})")
     saved.resume = settings.resume
     weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
     expected = shapes(saved)
     if weights != expected:
         name = next(n for n in sorted(set(weights) | set(expected)) if weights.get(n) != expected.get(n))
-        raise SystemExit(f"error: {path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
-                         f"{expected.get(name)} expected); the file was changed after it was written")
+        raise UserError(f"{path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
+                        f"{expected.get(name)} expected); the file was changed after it was written")
     if checkpoint["state"]["step"] >= total_steps(saved):
-        raise SystemExit(f"error: {path} is of a finished run (step {checkpoint['state']['step']} of "
-                         f"{total_steps(saved)}): there is nothing to resume")
+        raise UserError(f"{path} is of a finished run (step {checkpoint['state']['step']} of "
+                        f"{total_steps(saved)}): there is nothing to resume")
     return saved, checkpoint

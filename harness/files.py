@@ -1,26 +1,36 @@
 """Writing files so that a failure is one clear line: the path and the cause, no partial file left, the previous
-good file kept; and writing that line. No torch: the data/ and tools/ programs use it too."""
+good file kept; and the output folders and files checked before the long work. No torch: every program uses it.
+Its refusals are UserErrors (harness/cli.py)."""
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-from data.shards import atomic_write
+from harness.cli import UserError
 
 
-def stderr_line(text: str):
-    """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
-    (print() writes the newline separately: with PYTHONUNBUFFERED, a write each)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-class WriteError(OSError):
-    """A file could not be written where it was asked for; the message names the path and the cause."""
+def atomic_write(path, write) -> None:
+    """Create or replace the file `path` with what write(binary file) writes, all or nothing: the file appears
+    complete under its name or not at all, and the old one stays until then. A failure (a full disk, Ctrl-C) also
+    removes the hidden temporary file beside it; an OSError names `path`, whichever file or call raised it."""
+    path = Path(path)
+    # hidden from globs of *.bin; cut so that only a name too long for the file system itself is refused as one
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "xb") as f:  # x: a file that happens to have this name is never truncated
+            write(f)
+        os.replace(tmp, path)
+    except BaseException as e:
+        # not after FileExistsError: that file is someone else's. A flag set after open() would miss a Ctrl-C that
+        # lands as open() returns.
+        if not isinstance(e, FileExistsError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno is not None:
+            raise OSError(e.errno, e.strerror, str(path)) from None
+        raise
 
 
 def write_atomically(path: str, write) -> None:
-    """What write(binary file) writes, through data/shards.atomic_write (a hidden temporary file renamed over `path`:
+    """What write(binary file) writes, through atomic_write (a hidden temporary file renamed over `path`:
     a reader never sees a half-written file, and a failed write leaves the previous one as it was), synced to the
     disk before the rename, so that a crash right after cannot leave an empty checkpoint either."""
     def write_synced(f):
@@ -30,7 +40,7 @@ def write_atomically(path: str, write) -> None:
     try:
         atomic_write(path, write_synced)
     except OSError as e:
-        raise WriteError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
+        raise UserError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
 
 
 def check_output_folder(folder, option: str) -> Path:
@@ -40,7 +50,7 @@ def check_output_folder(folder, option: str) -> Path:
     existing = next(p for p in (folder, *folder.parents) if p.exists() or p == Path(p.anchor))
     if not existing.is_dir():
         where = "" if existing == folder else f": {existing}"
-        raise WriteError(f"{option} {folder}{where} is a file; name a folder (it is created if missing)")
+        raise UserError(f"{option} {folder}{where} is a file; name a folder (it is created if missing)")
     return folder
 
 
@@ -59,3 +69,19 @@ def check_writable(folder) -> None:
             pass
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(folder)) from None
+
+
+def check_output(path, inputs=()) -> Path:
+    """Before the work: the file `path` can be created or replaced (its folder exists and takes files) and is none
+    of the `inputs`, which are never overwritten."""
+    path = Path(path)
+    for name in inputs:
+        try:
+            if path.samefile(name):
+                raise UserError(f"{path} is the input {name}; name a new file for the output")
+        except FileNotFoundError:  # either one: not the same file
+            pass
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; name a file in it")
+    check_writable(path.parent)
+    return path

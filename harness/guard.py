@@ -2,14 +2,12 @@
 failing step is captured (by the trainer: the state before it and its batches) for tools/replay.py, a signal stops
 the run at a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
 import signal
-import sys
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from data.shards import DataError, ShardError
-from harness.files import WriteError, stderr_line
+from harness.cli import stderr_line
 from harness.launch import Watchdog, peer_failure
 
 
@@ -162,25 +160,15 @@ class Watch:
         return stop
 
 
-def exit_with_one_line(main):
-    """Run main() and exit with its status. A failure whose message says what to do (bad data, a full disk, a
-    non-finite loss, a stop, a peer process that died, Ctrl-C, a refused setting's SystemExit("error: ...")) ends
-    the process with that line and status 1, not a traceback; the line is written whole (stderr_line), as several
-    ranks may print theirs at once."""
-    try:
-        sys.exit(main())
-    except (DataError, ShardError, NonFiniteError, WriteError) as e:
-        line = f"error: {e}"
-    except Stopped as e:
-        line = str(e)
-    except RuntimeError as e:
-        if (line := peer_failure(e)) is None:
-            raise
-    except KeyboardInterrupt as e:
-        line = f"interrupted by {e or 'SIGINT'}: stopped at once, nothing saved"
-    except SystemExit as e:
-        if not isinstance(e.code, str):
-            raise
-        line = e.code
-    stderr_line(line)
-    sys.exit(1)
+def run_ending(e: BaseException) -> str | None:
+    """The line a run ends with on an outcome of its own, or None: harness/cli.program's `ending` for train_gpt.py,
+    which exits with status 1 after it. A non-finite loss, a stop (saved), a signal during start-up or a second one
+    (nothing saved), a peer process that died: each its one line, not a traceback."""
+    if isinstance(e, NonFiniteError):
+        return f"error: {e}"
+    if isinstance(e, Stopped):
+        return str(e)
+    if isinstance(e, KeyboardInterrupt):
+        # a KeyboardInterrupt names its signal once StopRequest is installed (before: Python's own, no name)
+        return f"interrupted by {str(e) or 'SIGINT'}: stopped at once, nothing saved"
+    return peer_failure(e)

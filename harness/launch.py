@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness.files import stderr_line
+from harness.cli import UserError, stderr_line
 
 HOW = "launch with torchrun --standalone --nproc_per_node=N train_gpt.py (it sets them), or unset them for one process"
 
@@ -31,17 +31,17 @@ def read_launch(environ=os.environ) -> Launch:
         except ValueError:
             value = None
         if value is None or value < low:
-            raise SystemExit(f"error: {name}={text!r} must be an integer of at least {low}; {HOW}")
+            raise UserError(f"{name}={text!r} must be an integer of at least {low}; {HOW}")
         return value
     world_size = integer("WORLD_SIZE", 1, 1)
     rank, local_rank = integer("RANK", 0, 0), integer("LOCAL_RANK", 0, 0)
     if rank >= world_size:
-        raise SystemExit(f"error: RANK={rank} must be below WORLD_SIZE={world_size}; {HOW}")
+        raise UserError(f"RANK={rank} must be below WORLD_SIZE={world_size}; {HOW}")
     if world_size > 1:
         missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not environ.get(name)]
         if missing:
-            raise SystemExit(f"error: WORLD_SIZE={world_size} needs {' and '.join(missing)} (where rank 0 waits for "
-                             f"the others); {HOW}")
+            raise UserError(f"WORLD_SIZE={world_size} needs {' and '.join(missing)} (where rank 0 waits for "
+                            f"the others); {HOW}")
     return Launch(rank, world_size, local_rank)
 
 
@@ -54,9 +54,9 @@ def form_group(launch: Launch, backend: str, device, timeout_s: float):
         dist.init_process_group(backend=backend, device_id=device, timeout=datetime.timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError, TimeoutError) as e:  # torch's store and network errors are RuntimeErrors
         where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-        raise SystemExit(f"error: rank {launch.rank} of {launch.world_size} could not join the others at {where} "
-                         f"within --dist_timeout {timeout_s:g} s ({(str(e).splitlines() or [''])[0]}); start every "
-                         "rank (torchrun --nproc_per_node=N starts them all), or raise --dist_timeout") from None
+        raise UserError(f"rank {launch.rank} of {launch.world_size} could not join the others at {where} "
+                        f"within --dist_timeout {timeout_s:g} s ({(str(e).splitlines() or [''])[0]}); start every "
+                        "rank (torchrun --nproc_per_node=N starts them all), or raise --dist_timeout") from None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

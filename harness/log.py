@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.files import WriteError, check_output_folder, make_output_folder
+from harness.cli import UserError
+from harness.files import check_output_folder, make_output_folder
 
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
@@ -37,7 +38,7 @@ class Logger:
             with open(self.path, mode) as f:
                 f.write(text)
         except OSError as e:
-            raise WriteError(f"cannot write the log {self.path}: {e.strerror or e}") from None
+            raise UserError(f"cannot write the log {self.path}: {e.strerror or e}") from None
 
     def record_environment(self, settings):
         """The code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi into the log; the settings also on
@@ -65,12 +66,12 @@ def check_log_place(settings):
     try:
         make_output_folder(settings.log_dir)
     except OSError as e:
-        raise WriteError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
-                         "another folder") from None
+        raise UserError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
+                        "another folder") from None
     taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
     if settings.run_id and not settings.resume and not settings.overwrite and taken.exists():
-        raise SystemExit(f"error: --run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
-                         "pass --overwrite True to replace that run's files")
+        raise UserError(f"--run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
+                        "pass --overwrite True to replace that run's files")
 
 
 def open_log(settings, is_master: bool, distributed: bool, resuming: bool) -> Logger:

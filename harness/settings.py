@@ -7,6 +7,8 @@ import re
 from ast import literal_eval
 from pathlib import Path
 
+from harness.cli import UserError
+
 
 def setting_help(cls) -> str:
     """Every field of `cls` with its default and meaning, in source order under its group comments: read from the
@@ -29,16 +31,16 @@ def parse_value(name: str, text: str, default):
     try:
         value = literal_eval(text)
     except (ValueError, SyntaxError):
-        raise SystemExit(f"error: --{name} {text!r} is not a valid {type(default).__name__}") from None
+        raise UserError(f"--{name} {text!r} is not a valid {type(default).__name__}") from None
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if isinstance(default, tuple) and isinstance(value, list):
         value = tuple(value)
     if type(value) is not type(default):
         kind = type(default).__name__
-        raise SystemExit(f"error: --{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {text!r}")
+        raise UserError(f"--{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {text!r}")
     if not all(math.isfinite(v) for v in _numbers(value)):  # 1e999 parses as inf
-        raise SystemExit(f"error: --{name} {value!r} must be finite")
+        raise UserError(f"--{name} {value!r} must be finite")
     return value
 
 
@@ -50,10 +52,10 @@ def _numbers(value) -> list:
 
 
 def parse_args(argv: list[str], cls, validate, check=None):
-    """An instance of the dataclass `cls` with argv's overrides, checked by validate(instance) (which exits with a
-    one-line error), and the names argv set (a setting given equal to its default is still given). --help/-h prints
-    every setting; --check validates, runs check(instance) (e.g. that the data files exist; it raises on a problem)
-    and exits: both exit here."""
+    """An instance of the dataclass `cls` with argv's overrides, checked by validate(instance), and the names argv set
+    (a setting given equal to its default is still given); a bad one is a UserError. --help/-h prints every setting;
+    --check validates, runs check(instance) (e.g. that the data files exist; it raises UserError on a problem) and
+    exits: both exit here."""
     if {"--help", "-h"} & set(argv):
         print(setting_help(cls))
         raise SystemExit(0)
@@ -66,26 +68,23 @@ def parse_args(argv: list[str], cls, validate, check=None):
             check_only, i = True, i + 1
             continue
         if not token.startswith("--"):
-            raise SystemExit(f"error: unexpected argument {token!r}; settings are passed as --name value (--help lists them)")
+            raise UserError(f"unexpected argument {token!r}; settings are passed as --name value (--help lists them)")
         if "=" in token:
             name, text = token[2:].split("=", 1)
             i += 1
         else:
             if i + 1 >= len(argv):
-                raise SystemExit(f"error: {token} needs a value")
+                raise UserError(f"{token} needs a value")
             name, text = token[2:], argv[i + 1]
             i += 2
         if name not in fields:
-            raise SystemExit(f"error: unknown setting --{name} (--help lists the settings)")
+            raise UserError(f"unknown setting --{name} (--help lists the settings)")
         setattr(args, name, parse_value(name, text, getattr(args, name)))
         given.add(name)
     validate(args)
     if check_only:
-        try:
-            if check is not None:
-                check(args)
-        except (OSError, ValueError, RuntimeError) as e:  # what the check found, as a one-line error
-            raise SystemExit(f"error: {e}") from None
+        if check is not None:
+            check(args)
         print("settings OK")
         raise SystemExit(0)
     return args, given
@@ -94,7 +93,7 @@ def parse_args(argv: list[str], cls, validate, check=None):
 def need(ok: bool, message: str):
     """A settings rule: a one-line error naming the flag and a valid value where it is broken."""
     if not ok:
-        raise SystemExit(f"error: {message}")
+        raise UserError(message)
 
 
 def runtime(default):

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from harness.cli import UserError
+
 FA3_HUB_REPO = "varunneal/flash-attention-3"  # the kernel hub repository the reference loads FA3 from
 FA3_INSTALL = ("build it with tools/build_fa3.sh (Hopper, CUDA >= 12.3) and put its output folder on PYTHONPATH, "
                "install a FlashAttention-3 wheel for your torch/CUDA, or `pip install kernels` for the kernel hub")
@@ -127,9 +129,9 @@ def select_attention(choice: str, device: torch.device, hub_wait: float,
         except Exception as e:  # whatever stops a route (missing module, bad library, no hub) falls through to the next
             skipped.append(f"{route}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
     if routes:
-        raise SystemExit(f"error: this rank cannot load the attention route that rank 0 chose ({'; '.join(skipped)})")
+        raise UserError(f"this rank cannot load the attention route that rank 0 chose ({'; '.join(skipped)})")
     fix = f"to get FlashAttention-3, {FA3_INSTALL}" if choice == "fa3" else "use --attention auto"
-    raise SystemExit(f"error: --attention {choice} is not available here ({'; '.join(skipped)}); {fix}")
+    raise UserError(f"--attention {choice} is not available here ({'; '.join(skipped)}); {fix}")
 
 
 def attend(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_len: int, scale: float,

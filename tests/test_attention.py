@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import train_gpt as tg
+from harness.cli import UserError
 from kernels.attention import FA3, FA3_HUB_REPO, attend, select_attention
 from tests.utils import GPU_ONLY, assert_close, rel_error
 
@@ -70,7 +71,7 @@ def test_cpu_takes_masked_sdpa_and_says_why():
 
 @pytest.mark.parametrize("choice, message", [("fa3", "tools/build_fa3.sh"), ("varlen", "--attention auto")])
 def test_explicit_choice_that_cannot_load_is_a_clear_error(choice, message):
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(UserError, match=message):
         choose(torch.device("cpu"), choice)
 
 
@@ -182,7 +183,7 @@ def stage_cases():
 def loaded_fa3():
     try:
         return choose(torch.device("cuda"), "fa3", routes=("fa3-interface",))
-    except SystemExit:
+    except UserError:
         return None
 
 
@@ -218,7 +219,7 @@ def test_torch_registered_fa3_matches_reference():
     from torch.nn import attention
     try:
         choice = choose(torch.device("cuda"), "fa3", routes=("fa3-torch",))
-    except SystemExit as e:
+    except UserError as e:
         pytest.skip(f"torch's FA3 route is not available: {e}")
     try:
         torch.manual_seed(0)

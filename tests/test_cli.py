@@ -1,11 +1,12 @@
-"""Every program under data/ and tools/*.py on bad input and faults, by the one convention of tools/cli.py: ONE line
-on stderr that starts with `error:` and names the file (and line) and the fix, a non-zero exit status, no traceback;
-the inputs unchanged and nothing written; a failed write (full disk, read-only folder, a parent that is a file, a
-name too long) leaves no partial or temporary file and keeps the previous one; Ctrl-C: one line, status 130, after
-the clean-up. The programs' main(argv) run in this process; a subprocess only where the real process matters.
+"""Every program under data/ and tools/*.py on bad input and faults, by the one convention of harness/cli.py: ONE
+line on stderr that starts with `error:` and names the file (and line) and the fix, a non-zero exit status, no
+traceback; the inputs unchanged and nothing written; a failed write (full disk, read-only folder, a parent that is a
+file, a name too long) leaves no partial or temporary file and keeps the previous one; Ctrl-C: one line, status 130,
+after the clean-up. The programs' main(argv) run in this process; a subprocess only where the real process matters.
 
     python3 -m pytest -q tests/test_cli.py
 """
+import contextlib
 import errno
 import importlib
 import json
@@ -24,8 +25,8 @@ import torch
 
 import data.shards
 from data.shards import read_header, write_shard
+from harness import cli, files
 from tests.utils import REPO, FullDisk, one_error_line
-from tools import cli
 
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
@@ -412,12 +413,12 @@ def test_replay_refuses_with_status_2(tmp_path, capfd, content, words):
 
 
 def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd):
-    """train_gpt.py and harness/ refuse with SystemExit("error: ..."): the line comes out with the program's status
-    (replay's 2, as its own refusals); an exit with a status (--help's 0, argparse's 2) passes as it is."""
+    """train_gpt.py and harness/ refuse with a UserError: the line comes out with the program's status (replay's 2,
+    as its own refusals); an exit with a status (--help's 0, argparse's 2) passes as it is."""
     @cli.program(error_status=2)
     def main(argv):
-        raise SystemExit(argv)
-    refused(capfd, main, "error: --device cuda was requested but CUDA is not available", tmp_path,
+        raise SystemExit(argv) if isinstance(argv, int) else cli.UserError(argv)
+    refused(capfd, main, "--device cuda was requested but CUDA is not available", tmp_path,
             ["error: --device cuda was requested"], status=2)
     for status in (0, 2):
         with pytest.raises(SystemExit) as e:
@@ -431,8 +432,8 @@ def test_a_refusal_by_the_trainers_code_is_the_programs_own_line(tmp_path, capfd
 
 @pytest.fixture
 def full_disk(monkeypatch):
-    """Every file data.shards.atomic_write writes hits a full disk after a few bytes."""
-    monkeypatch.setattr(data.shards, "open", lambda path, mode: FullDisk(open(path, mode), room=7), raising=False)
+    """Every file harness/files.atomic_write writes hits a full disk after a few bytes."""
+    monkeypatch.setattr(files, "open", lambda path, mode: FullDisk(open(path, mode), room=7), raising=False)
 
 
 @pytest.fixture
@@ -440,7 +441,7 @@ def read_only(monkeypatch):
     """Nothing can be created in any folder, as on a read-only file system (chmod would not stop root)."""
     def refuse(*args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), kwargs.get("dir"))
-    monkeypatch.setattr(data.shards, "open", lambda path, mode: refuse(dir=path), raising=False)
+    monkeypatch.setattr(files, "open", lambda path, mode: refuse(dir=path), raising=False)
     monkeypatch.setattr("tempfile.TemporaryFile", refuse)
 
 
@@ -485,7 +486,7 @@ def test_failed_replace_keeps_the_previous_shard(tmp_path, monkeypatch):
 
     def no_rename(src, dst):
         raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(src))
-    monkeypatch.setattr(data.shards.os, "replace", no_rename)
+    monkeypatch.setattr(files.os, "replace", no_rename)
     with pytest.raises(PermissionError) as e:
         write_shard(tmp_path / "s.bin", np.arange(9))
     assert e.value.filename == str(tmp_path / "s.bin")
@@ -595,10 +596,14 @@ def test_ctrl_c_in_a_terminal_is_one_line_from_all_processes(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "a.txt"), "--out", str(out), "--prefix", "p",
                              "--shard_tokens", "1000", "--workers", "2"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not any(out.glob("p_train_*.bin")) and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(out.glob("p_train_*.bin")) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal sends it: to every process of the group
+        _, err = proc.communicate(timeout=60)
+    finally:  # a driver that missed its Ctrl-C would write documents forever
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and err == "interrupted by Ctrl-C: stopped\n", err
     assert not (tmp_path / "new").exists(), list((tmp_path / "new").rglob("*"))

@@ -20,6 +20,7 @@ import torch
 from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
+from harness.cli import UserError
 from tests.utils import REPO, TINY_FLAGS, cpu_trainer, settings
 
 
@@ -84,7 +85,7 @@ def test_start_hooks_the_runs_backward_compile_once_and_stop_unhooks_it(gpu_mach
 
 def test_a_bad_launch_environment_is_refused_with_the_runs_one_line(gpu_machine):
     gpu_machine.setenv("WORLD_SIZE", "two")
-    with pytest.raises(SystemExit, match="WORLD_SIZE='two' must be an integer"):
+    with pytest.raises(UserError, match="WORLD_SIZE='two' must be an integer"):
         compile_helpers.start(wanted(), "train_gpt.py", [])
     assert Popen.started == []
 

@@ -20,9 +20,9 @@ import tiktoken.registry
 from huggingface_hub.utils import LocalEntryNotFoundError
 
 import data.shards
-from data.shards import HEADER_BYTES, MAGIC, VERSION, ShardError, read_header, read_tokens, write_shard
+from data.shards import HEADER_BYTES, MAGIC, VERSION, read_header, read_tokens, write_shard
+from harness.cli import UserError
 from tests.utils import REPO, one_error_line
-from tools.cli import Error
 
 download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
@@ -60,23 +60,23 @@ BAD_SHARDS = {  # name: (header, tokens, words the error must contain)
 def test_bad_header_raises_shard_error_naming_file(tmp_path, case):
     header, tokens, problem = BAD_SHARDS[case]
     path = raw_shard(tmp_path / f"{case}.bin", header, tokens)
-    with pytest.raises(ShardError, match=problem) as e:
+    with pytest.raises(UserError, match=problem) as e:
         read_header(path)
     assert str(path) in str(e.value)
-    with pytest.raises(ShardError):
+    with pytest.raises(UserError):
         read_tokens(path)
 
 
 def test_file_shorter_than_header(tmp_path):
     path = tmp_path / "short.bin"
     path.write_bytes(np.array([MAGIC, VERSION, 0], dtype="<i4").tobytes())
-    with pytest.raises(ShardError, match=f"{path}: file is 12 bytes, shorter than the {HEADER_BYTES}-byte header"):
+    with pytest.raises(UserError, match=f"{path}: file is 12 bytes, shorter than the {HEADER_BYTES}-byte header"):
         read_header(path)
 
 
 def test_missing_file(tmp_path):
     path = tmp_path / "nope.bin"
-    with pytest.raises(ShardError, match="cannot read shard") as e:
+    with pytest.raises(UserError, match="cannot read shard") as e:
         read_header(path)
     assert str(path) in str(e.value)
 
@@ -157,19 +157,19 @@ def test_tokenize_line_docs_and_no_val(tmp_path, tiny):
 def test_tokenize_refuses_to_mix_with_old_shards(tmp_path, tiny):
     (tmp_path / "d.txt").write_text("doc")
     tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
-    with pytest.raises(Error, match="already holds p_"):
+    with pytest.raises(UserError, match="already holds p_"):
         tokenize_text.tokenize([tmp_path / "d.txt"], tmp_path, "p", workers=1, encoding=tiny)
 
 
 def test_tokenize_input_errors(tmp_path, tiny):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"body": "no text field"}\n')
-    with pytest.raises(Error, match=r"bad.jsonl:2: not a JSON object with a 'text' field"):
+    with pytest.raises(UserError, match=r"bad.jsonl:2: not a JSON object with a 'text' field"):
         tokenize_text.tokenize([tmp_path / "bad.jsonl"], tmp_path / "o1", "p", workers=1, encoding=tiny)
     (tmp_path / "small.txt").write_text("tiny")
-    with pytest.raises(Error, match="fewer than --val_tokens"):
+    with pytest.raises(UserError, match="fewer than --val_tokens"):
         tokenize_text.tokenize([tmp_path / "small.txt"], tmp_path / "o2", "p", val_tokens=1000, workers=1,
                                encoding=tiny)
-    with pytest.raises(Error, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):
         tokenize_text.tokenize([tmp_path / "missing.txt"], tmp_path / "o3", "p", workers=1, encoding=tiny)
 
 
@@ -197,7 +197,7 @@ def test_non_utf8_input_is_one_line_naming_file_and_line(tmp_path, tiny, monkeyp
 
 
 FAILURES = {  # what goes wrong after some shards were written: the error it raises
-    "bad_input": (Error, "not UTF-8"),
+    "bad_input": (UserError, "not UTF-8"),
     "disk_full": (OSError, "No space left on device"),
 }
 
@@ -313,7 +313,7 @@ def gpt2(monkeypatch):
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(TIKTOKEN_CACHE))
     try:
         return tokenize_text.load_gpt2()
-    except tokenize_text.cli.Error as e:  # offline, without ../shared
+    except UserError as e:  # offline, without ../shared
         pytest.skip(f"no GPT-2 BPE files: none at {TIKTOKEN_CACHE} and {e}")
 
 
@@ -382,7 +382,7 @@ def test_synthetic_keeps_valid_files_unless_forced(tmp_path):
 
 def test_synthetic_refuses_stale_extra_shards(tmp_path):
     synthetic.generate(tmp_path, **SMALL)
-    with pytest.raises(Error, match="synthetic_train_000002.bin"):
+    with pytest.raises(UserError, match="synthetic_train_000002.bin"):
         synthetic.generate(tmp_path, **{**SMALL, "train_shards": 2})
 
 

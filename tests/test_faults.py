@@ -19,10 +19,11 @@ import pytest
 import torch
 
 import train_gpt as tg
-import data.shards
 from data.shards import fingerprint, write_shard
 from harness import files
+from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
+from harness.guard import NonFiniteError, Stopped, run_ending
 from harness.launch import read_launch
 from harness.log import Logger
 from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
@@ -46,7 +47,7 @@ def free_port() -> int:
     ({"RANK": "0", "WORLD_SIZE": "2"}, "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT"),
 ])
 def test_launch_environment_is_checked(env, message):
-    with pytest.raises(SystemExit, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         read_launch(env)
     assert read_launch({}) == read_launch({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
 
@@ -83,6 +84,42 @@ def test_a_rank_that_dies_mid_run_stops_the_other_with_one_line(synthetic_data, 
     _, err = ranks[0].communicate(timeout=120)
     assert ranks[0].returncode != 0 and time.time() - killed < 60, err[-2000:]
     one_error_line(err, "rank 0")
+
+
+
+# --- how a run ends -------------------------------------------------------------------------------------
+
+PEER_LOST = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:29400"
+
+
+@pytest.mark.parametrize("raised, line", [
+    (NonFiniteError("non-finite loss or gradient at step 5"), "error: non-finite loss or gradient at step 5"),
+    (Stopped("stopped by SIGTERM before step 7; resume with: x"), "stopped by SIGTERM before step 7; resume with: x"),
+    (KeyboardInterrupt("SIGTERM"), "interrupted by SIGTERM: stopped at once, nothing saved"),
+    (KeyboardInterrupt(), "interrupted by SIGINT: stopped at once, nothing saved"),
+    (RuntimeError(PEER_LOST), "error: rank 3: a collective with the other processes failed, most likely because one "
+                              f"of them died or hangs (see its log): {PEER_LOST}"),
+    (UserError("no train shards match 'x_*.bin'"), "error: no train shards match 'x_*.bin'"),
+    (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "logs/r.txt"),
+     "error: logs/r.txt: No space left on device; free space on that disk or write elsewhere"),
+])
+def test_a_run_ends_with_one_line_and_status_1(capfd, monkeypatch, raised, line):
+    """train_gpt.py's entry point: its own outcomes (harness/guard.run_ending) and the programs' (harness/cli.py)."""
+    monkeypatch.setenv("RANK", "3")
+
+    def main(argv):
+        raise raised
+    with pytest.raises(SystemExit) as e:
+        program(main, ending=run_ending)()
+    assert e.value.code == 1 and capfd.readouterr().err == line + "\n"
+
+
+def test_a_bug_in_a_run_keeps_its_traceback(capfd):
+    def main(argv):
+        raise RuntimeError("a bug")
+    with pytest.raises(RuntimeError, match="a bug"):
+        program(main, ending=run_ending)()
+    assert capfd.readouterr().err == ""
 
 
 # --- files that are not what they claim -------------------------------------------------------------
@@ -157,12 +194,12 @@ def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
         obj = torch.load(path, weights_only=True)
         rewrite(path, config={**obj["config"], "adam_lr": 0.01})
         hp.adam_lr, given = 0.008, ("adam_lr",)
-    with pytest.raises(SystemExit, match=r"^error: .*" + message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load(hp, path, given)
 
 
 def test_replay_refuses_a_checkpoint(checkpoint):
-    with pytest.raises(SystemExit, match="is a checkpoint, not a capture"):
+    with pytest.raises(UserError, match="is a checkpoint, not a capture"):
         read_file(str(checkpoint[1]), "capture")
     r = run_script([str(checkpoint[1]), "--device", "cpu"], script="tools/replay.py")
     one_error_line(r.stderr, "is a checkpoint, not a capture")
@@ -211,7 +248,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(t
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(files.os, "fsync", full)
-    with pytest.raises(files.WriteError, match=f"cannot write {path}: No space left on device; the previous file"):
+    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; the previous file"):
         save_atomically({"n": 2}, str(path))
     assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
 
@@ -226,9 +263,9 @@ def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothin
     def full_halfway(name, mode):
         opened.append(FullDisk(open(name, mode), room=len(good) // 2))
         return opened[-1]
-    monkeypatch.setattr(data.shards, "open", full_halfway, raising=False)
+    monkeypatch.setattr(files, "open", full_halfway, raising=False)
     state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
-    with pytest.raises(files.WriteError) as e:
+    with pytest.raises(UserError) as e:
         Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))
     assert str(e.value) == f"cannot write {path}: No space left on device; the previous file, if any, is unchanged"
     assert len(opened) == 1 and opened[0].room == 0, "the write failed midway"
@@ -239,7 +276,7 @@ def test_a_log_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     log = Logger(str(tmp_path), "run", is_master=True)
     (tmp_path / "run.txt").unlink()
     (tmp_path / "run.txt").mkdir()  # writing it now fails (as a full or read-only disk would)
-    with pytest.raises(files.WriteError, match=f"cannot write the log {tmp_path / 'run.txt'}"):
+    with pytest.raises(UserError, match=f"cannot write the log {tmp_path / 'run.txt'}"):
         log("hello", console=False)
 
 
@@ -334,9 +371,9 @@ def test_nccl_rank_killed_mid_step_makes_the_other_exit_with_one_line(tmp_path, 
 ])
 def test_no_shards_hint_fits_the_case(tmp_path, pattern, hint):
     """The download hint only for the FineWeb default: a custom glob that matches nothing gets a hint about it."""
-    from data.shards import DataError, find_shards
+    from data.shards import find_shards
     if "fineweb10B" in pattern and list(Path(REPO, "data", "fineweb10B").glob("fineweb_train_*.bin")):
         pytest.skip("FineWeb shards are present here")
-    with pytest.raises(DataError) as e:
+    with pytest.raises(UserError) as e:
         find_shards(pattern.format(tmp=tmp_path), "train")
     assert hint.format(tmp=tmp_path) in str(e.value) and ("download" in str(e.value)) == ("fineweb10B" in pattern)

@@ -12,6 +12,7 @@ experiments/**/README.md resolves.
 
     python3 -m pytest -q tests/test_scripts.py
 """
+import contextlib
 import json
 import os
 import re
@@ -147,7 +148,7 @@ if mode in ("fail", "crash", "wait"):  # the others: until a signal (each is cou
         time.sleep(0.05)
     time.sleep(0.5)  # a second signal would arrive by now
     if mode == "wait":
-        sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/files.stderr_line
+        sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/cli.stderr_line
     sys.exit(1)
 sys.exit("stub train_gpt.py: started without --check")
 """
@@ -502,11 +503,15 @@ def interrupt(cmd, cwd, shim, started, **env):
     """Start cmd in a session of its own, press Ctrl-C (SIGINT to its process group) once `started` files exist."""
     proc = subprocess.Popen(cmd, cwd=cwd, env=stub_env(shim, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-    end = time.monotonic() + 60
-    while not all((cwd / name).exists() for name in started) and time.monotonic() < end and proc.poll() is None:
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        end = time.monotonic() + 60
+        while not all((cwd / name).exists() for name in started) and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:  # nothing left running when the test fails
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, out, err
 
 

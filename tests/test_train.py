@@ -9,6 +9,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -22,7 +23,8 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from data.shards import DataError, ShardError, find_shards, write_shard
+from data.shards import find_shards, write_shard
+from harness.cli import UserError
 from harness.report import compile_time_breakdown
 from kernels.attention import ATTENTION_CHOICES, select_attention
 from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
@@ -70,7 +72,7 @@ def test_parse_args_forms_and_types():
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
 ])
 def test_parse_args_errors(argv, message):
-    with pytest.raises(SystemExit, match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
 
 
@@ -241,7 +243,7 @@ def gpu_attention_kernels() -> list[str]:
         return ["sdpa"]
     try:
         return ["varlen", select_attention("fa3", torch.device("cuda"), hub_wait=0).kernel]
-    except SystemExit:
+    except UserError:
         return ["varlen"]
 
 
@@ -570,7 +572,7 @@ def test_check_data_refuses_bad_data_before_any_work(tmp_path, problem, message)
         world = 8
     else:
         hp = dataclasses.replace(hp, val_files=str(tmp_path / "nothing_*.bin"))
-    with pytest.raises((DataError, ShardError), match=re.escape(message)):
+    with pytest.raises(UserError, match=re.escape(message)):
         tg.check_data(hp, tg.Schedule(hp), world)
 
 
@@ -748,13 +750,17 @@ def test_cpu_smoke_run_learns(tmp_path, synthetic_data):
     assert (tmp_path / "smoke_trace.json").stat().st_size > 0  # --profile_steps wrote a Chrome trace
 
 
+# SHA-256 of the synthetic shards that the pinned run reads: its input, checked apart from its arithmetic. numpy's
+# Generator draws them: the same bytes on numpy 1.24 to 2.4, with numpy's SIMD dispatch on or off.
+SYNTHETIC_DATA_DIGEST = "1774bdd62d016816691744f997a072fa2f3be1f074b9a0a705b7dc7ecca553d4"
 # SHA-256 of the weights, optimizer state and val losses of the tiny CPU configuration after 8 steps (every stage,
-# Adam's odd steps, the untie), with threads and CPU kernels pinned. Only a change of the exact math changes it:
-# such a change updates it here and says why in its commit message.
-EXACT_MATH_DIGEST = "b270a8d847cb4e14fbf22c4a0082a9bc371024382ac0fd3ca242f363d091751d"
-# One thread, deterministic algorithms, the plain (non-vectorized) ATen kernels, no oneDNN, MKL's reproducible path:
-# the same bits on any x86-64 CPU.
+# Adam's odd steps, the untie), run by tests/pinned_cpu.py. Only a change of the exact math changes it: such a change
+# updates it here and says why in its commit message.
+EXACT_MATH_DIGEST = "adb301aa5bb3ac99aa97e9a94f6eff25e0dfc1e292a6515bdef61b1c0915a30c"
+# One thread, the plain (non-vectorized) ATen kernels, MKL's one SSE2 path: see the test for why.
 PINNED_CPU = dict(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MKL_CBWR="COMPATIBLE", ATEN_CPU_CAPABILITY="default")
+# Every library call the pinned run makes: MKL's fp32 GEMMs (the attention's) on that path, one thread; no oneDNN.
+PINNED_LIBRARY_CALLS = {"MKL SGEMM CNR:COMPATIBLE NThr:1", "MKL SGEMM_BATCH CNR:COMPATIBLE NThr:1"}
 
 
 def digest_of_run(log_dir: Path, run_id: str) -> str:
@@ -775,16 +781,46 @@ def digest_of_run(log_dir: Path, run_id: str) -> str:
 
 
 def test_exact_math_is_pinned_on_the_cpu(tmp_path, synthetic_data):
-    """The recipe's exact math, bit for bit: a refactor or a speed change of the same math leaves the digest alone."""
-    pinned = ("import runpy, sys, torch; torch.use_deterministic_algorithms(True); torch.backends.mkldnn.enabled = False; "
-              "sys.argv = ['train_gpt.py', *sys.argv[1:]]; runpy.run_path('train_gpt.py', run_name='__main__')")
-    r = subprocess.run([sys.executable, "-c", pinned, *TINY_FLAGS, "--train_files", synthetic_data["train"],
-                        "--val_files", synthetic_data["val"], "--num_scheduled_steps", "6", "--num_extension_steps", "2",
-                        "--val_every", "4", "--save_checkpoint", "True", "--log_dir", str(tmp_path), "--run_id", "pin"],
+    """The recipe's exact math, bit for bit: a refactor or a speed change of the same math leaves the digest alone.
+
+    The bits are the code's, given torch 2.13.0+cpu (its ATen kernels and its MKL) and glibc 2.36's libm; no CPU
+    feature changes them. Where a CPU could, and what holds it:
+    - ATen's kernels, the bf16 matmuls among them: ATEN_CPU_CAPABILITY=default, the plain C++ ones (avx2 and
+      avx512 round differently).
+    - The fp32 matmuls (the attention's, MKL's SGEMM and SGEMM_BATCH): MKL_CBWR=COMPATIBLE, one SSE2 path on every
+      CPU (MKL's own choice differs between AMD and Intel); MKL_ENABLE_INSTRUCTIONS then changes nothing.
+    - ATen's CPU sqrt, acos, asin and atan call MKL's vector math, up to an ulp off and differently on AMD and
+      Intel whatever MKL_CBWR says: the run's sqrt (Adam's, NorMuon's) is numpy's correctly rounded one instead
+      (tests/pinned_cpu.py). `x ** 0.5` would reach MKL's again.
+    - oneDNN is off (it would take the bf16 matmuls to AVX-512 or AMX kernels): ONEDNN_MAX_CPU_ISA changes nothing.
+    - glibc's expf, logf, sincosf, powf and pow: its FMA and SSE2 variants round alike here; another glibc may not.
+    - One thread: MKL promises its bits for a fixed count (two gave the same here).
+    The data is checked against its own digest, and the run's library calls (MKL_VERBOSE, ONEDNN_VERBOSE) against
+    PINNED_LIBRARY_CALLS, before the digest: past both, with torch and glibc as above, another digest is the code's.
+    Measured: the same digest on an AMD AVX-512 CPU with each knob above set from outside, and in QEMU as an Intel
+    Haswell (AVX2) and Sandy Bridge (AVX, no FMA); not on an AVX-512 or AMX Intel CPU (QEMU has no AVX-512).
+    """
+    locked = re.search(r"^torch==(\S+)$", (REPO / "locks" / "cpu.txt").read_text(), re.M)[1]
+    if torch.__version__ != locked:  # the digest is of the CPU lock's torch: its kernels make the bits
+        pytest.skip(f"the pin's digest is of torch {locked} (locks/cpu.txt); this is torch {torch.__version__}")
+    shards = find_shards(synthetic_data["train"], "train") + find_shards(synthetic_data["val"], "val")
+    assert hashlib.sha256(b"".join(p.read_bytes() for p in shards)).hexdigest() == SYNTHETIC_DATA_DIGEST, \
+        "the synthetic shards changed (data/synthetic.py or numpy): the pin's input, not its arithmetic"
+    mkl_log = tmp_path / "mkl_verbose.txt"
+    r = subprocess.run([sys.executable, "tests/pinned_cpu.py", *TINY_FLAGS, "--train_files", synthetic_data["train"],
+                        "--val_files", synthetic_data["val"], "--num_scheduled_steps", "6",
+                        "--num_extension_steps", "2", "--val_every", "4", "--save_checkpoint", "True",
+                        "--log_dir", str(tmp_path), "--run_id", "pin"],
                        cwd=REPO, capture_output=True, text=True, timeout=600,
-                       env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **PINNED_CPU})
+                       env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **PINNED_CPU,
+                            "MKL_VERBOSE": "1", "MKL_VERBOSE_OUTPUT_FILE": str(mkl_log), "ONEDNN_VERBOSE": "all"})
     assert r.returncode == 0, r.stderr[-3000:]
-    assert digest_of_run(tmp_path, "pin") == EXACT_MATH_DIGEST
+    calls = {f"MKL {name} CNR:{cnr} NThr:{threads}" for name, cnr, threads in
+             re.findall(r"^MKL_VERBOSE (\w+)\(.* CNR:(\S+) .* NThr:(\d+)", mkl_log.read_text(), re.M)}
+    onednn = re.findall(r"onednn_verbose,.*", r.stdout)  # nothing at all while oneDNN is not reached
+    assert calls == PINNED_LIBRARY_CALLS and not onednn, f"library calls other than the pinned: {calls} {onednn[-1:]}"
+    assert digest_of_run(tmp_path, "pin") == EXACT_MATH_DIGEST, \
+        f"the exact math changed, or its platform did: torch {torch.__version__}, glibc {platform.libc_ver()[1]}"
 
 
 def sharded_flags(synthetic_data, log_dir):

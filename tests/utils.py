@@ -148,7 +148,7 @@ def run_script(args, env_extra=None, nproc=None, timeout=600, script="train_gpt.
 
 class FullDisk:
     """A binary file that takes `room` bytes, then fails each write as a full disk does (put in place of the open()
-    of data/shards.atomic_write, which every file the project writes goes through)."""
+    of harness/files.atomic_write, which every file the project writes goes through)."""
 
     def __init__(self, f, room: int):
         self.f, self.room = f, room

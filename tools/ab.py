@@ -31,8 +31,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from tools import cli, stats  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from tools import stats  # noqa: E402
 from tools.plot import parse_log  # noqa: E402
 
 OWN_FLAGS = ("--seed", "--log_dir", "--run_id")  # set per run by this tool
@@ -101,7 +103,7 @@ def supervise(cmd: list[str], name: str, out: Path, caches: Path, timeout: float
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    raise cli.Error(f"{name} took over --timeout {timeout:g} s; its output: {console_path} (raise "
+                    raise UserError(f"{name} took over --timeout {timeout:g} s; its output: {console_path} (raise "
                                     "--timeout, or look for a hang there)")
                 poll(proc)
                 time.sleep(0.5)
@@ -121,19 +123,19 @@ def execute(cmd: list[str], run: Run, out: Path, timeout: float):
             stopped.append(True)
     status = supervise(cmd, run.name, out, run.caches, timeout, stop_at_startup)
     if not stopped and status != 0:
-        raise cli.Error(f"run {run.name} failed (exit status {status}); its output: {console_path}")
+        raise UserError(f"run {run.name} failed (exit status {status}); its output: {console_path}")
     text = log.read_text(errors="replace") if log.exists() else ""
     if m := STARTUP.search(text):
         run.startup_s = float(m[1])
     elif run.cold:
-        raise cli.Error(f"run {run.name} ended without a `startup:` line (a flag after -- such as --help or "
+        raise UserError(f"run {run.name} ended without a `startup:` line (a flag after -- such as --help or "
                         f"--check?); its output: {console_path}")
     if not run.cold:
         if not log.exists():
-            raise cli.Error(f"run {run.name} wrote no log {log}; its output: {console_path}")
+            raise UserError(f"run {run.name} wrote no log {log}; its output: {console_path}")
         parsed = parse_log(log)
         if not parsed.val:
-            raise cli.Error(f"{log}: no final validation line; its output: {console_path}")
+            raise UserError(f"{log}: no final validation line; its output: {console_path}")
         run.stage_ms, (_, run.train_s, run.val_loss) = tuple(parsed.stage_ms), parsed.val[-1]
         run.peak_mib = int(m[1]) if (m := PEAK.search(text)) else None
 
@@ -184,7 +186,7 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
 def checkout_dir(text: str) -> Path:
     path = Path(text).resolve()
     if not (path / "train_gpt.py").is_file():
-        raise cli.Error(f"{text} holds no train_gpt.py; name a checkout of this project (its root folder)")
+        raise UserError(f"{text} holds no train_gpt.py; name a checkout of this project (its root folder)")
     return path
 
 
@@ -214,7 +216,7 @@ def main(argv=None):
     a, b = checkout_dir(args.a), checkout_dir(args.b)
     out = Path(args.out).resolve()
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise cli.Error(f"--out {args.out} exists and is not an empty folder; name a new one (runs never mix)")
+        raise UserError(f"--out {args.out} exists and is not an empty folder; name a new one (runs never mix)")
     runs = plan(args.cold, seeds, out / "caches")
     cmds = [command(a if r.side == "A" else b, args.nproc, flags, r, out) for r in runs]
     prefill = out / "caches" / "prefill"
@@ -227,7 +229,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     # else the first run compiles torch's compiler to bytecode on its clock (records/enwiki-124/2026-11-27_ab-tool-a-a)
     if status := supervise([sys.executable, "-c", PREFILL], "prefill", out, prefill, args.timeout):
-        raise cli.Error(f"filling the bytecode cache failed (exit status {status}; does torch import here?); its "
+        raise UserError(f"filling the bytecode cache failed (exit status {status}; does torch import here?); its "
                         f"output: {out / 'prefill.console'}")
     for run, cmd in zip(runs, cmds):
         print(f"{run.name}: {shlex.join(cmd)}", flush=True)

@@ -19,8 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 import train_gpt as tg  # noqa: E402
-from data.shards import atomic_write  # noqa: E402
-from tools import cli  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from harness.files import atomic_write, check_output  # noqa: E402
 
 STEP_KINDS = {"normuon": (False, True), "adam_tied": (True, True), "adam_untied": (True, False)}  # (do_adam, tied)
 
@@ -58,10 +59,10 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the ledger as JSON (for tools/project_8gpu.py)")
     args = parser.parse_args(argv)
     if tg.MICRO_BATCHES % args.world_size:
-        raise cli.Error(f"--world_size {args.world_size}: the record's {tg.MICRO_BATCHES} micro-batches per step split "
+        raise UserError(f"--world_size {args.world_size}: the record's {tg.MICRO_BATCHES} micro-batches per step split "
                         "over 1, 2, 4 or 8 ranks; choose one of those")
     if args.json:
-        cli.check_output(args.json)
+        check_output(args.json)
     table = ledgers(args.world_size)
     print(f"world size {args.world_size}: collectives per optimizer step (MB = 1e6 bytes)")
     for stage, kinds in table.items():

@@ -15,7 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script:
 import train_gpt as tg  # noqa: E402
 from kernels.relu_square import matmul_relu_square_triton  # noqa: E402
 from kernels.transpose import transpose_copy  # noqa: E402
-from tools import cli  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
 
 
 @torch.library.custom_op("host_overhead::clone", mutates_args=())
@@ -27,7 +28,7 @@ def clone_op(a: torch.Tensor) -> torch.Tensor:
 def main(argv=None):
     cli.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     if not torch.cuda.is_available():
-        raise cli.Error("tools/host_overhead.py measures CUDA launches; run it on a GPU machine")
+        raise UserError("tools/host_overhead.py measures CUDA launches; run it on a GPU machine")
     T, D, H, V, dev, bf16 = 256, 768, 3072, 50304, "cuda", torch.bfloat16
     x = torch.randn(T, D, device=dev, dtype=bf16)
     w_in, w_out = (0.02 * torch.randn(H, D, device=dev, dtype=bf16) for _ in range(2))

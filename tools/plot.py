@@ -15,9 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from data.shards import atomic_write  # noqa: E402
-from tools import cli  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for harness/
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from harness.files import atomic_write, check_output  # noqa: E402
 
 try:
     import matplotlib
@@ -47,7 +48,7 @@ class Run:
 
 def parse_log(path, scheduled_steps: int | None = None) -> Run:
     """Read one log. scheduled_steps is needed only for a log with no `ms/step by stage` or `config:` line.
-    Raises cli.Error naming the file and line when the log is malformed or holds nothing to plot."""
+    Raises UserError naming the file and line when the log is malformed or holds nothing to plot."""
     val, train, train_ms, stage_ms, total, run_id = [], [], {0: 0.0}, None, 0, ""
     # errors="replace": a stray byte (a log cut mid-character) is no reason to refuse the rest
     for line_no, line in enumerate(Path(path).read_text(errors="replace").splitlines(), 1):
@@ -65,23 +66,23 @@ def parse_log(path, scheduled_steps: int | None = None) -> Run:
                     raise ValueError(f"{m[1][:60]!r} is not `1:<ms> 2:<ms> ...`")
                 stage_ms = [cli.number(item[1]) for item in items]
             except ValueError as e:
-                raise cli.Error(f"{where}: ms/step by stage: {e}; is the log cut or edited?") from None
+                raise UserError(f"{where}: ms/step by stage: {e}; is the log cut or edited?") from None
         elif m := SCHEDULED.match(line):
             scheduled_steps = int(m[1])
             if scheduled_steps < 3:
-                raise cli.Error(f"{where}: num_scheduled_steps={scheduled_steps}, but a run has at least 3 (one per "
+                raise UserError(f"{where}: num_scheduled_steps={scheduled_steps}, but a run has at least 3 (one per "
                                 "stage); is the log edited?")
         if m := RUN_ID.match(line):
             run_id = m[1]
     if not val and total == 0:
-        raise cli.Error(f"{path}: no `step:` lines; is it a training log?")
+        raise UserError(f"{path}: no `step:` lines; is it a training log?")
     if stage_ms is None:
         if scheduled_steps is None:
-            raise cli.Error(f"{path} has no `ms/step by stage` or `config:` line: "
+            raise UserError(f"{path} has no `ms/step by stage` or `config:` line: "
                             "pass --scheduled_steps S (the steps before the extension)")
         stage_ms = stages_from_steps(train_ms, scheduled_steps, total, path)
     if not (val or train or stage_ms):
-        raise cli.Error(f"{path}: no validation, training loss or whole stage to plot yet; is the run still starting?")
+        raise UserError(f"{path}: no validation, training loss or whole stage to plot yet; is the run still starting?")
     return Run(val, train, stage_ms, run_id)
 
 
@@ -90,7 +91,7 @@ def _loss(text: str, where: str) -> float:
     try:
         return float(text)
     except ValueError:
-        raise cli.Error(f"{where}: loss {text!r} is not a number; is the log cut or edited?") from None
+        raise UserError(f"{where}: loss {text!r} is not a number; is the log cut or edited?") from None
 
 
 def label(path, run: Run) -> str:
@@ -109,7 +110,7 @@ def stages_from_steps(train_ms: dict[int, float], S: int, total: int, path) -> l
         if hi not in train_ms:  # log cut short (a crash, or a run still going)
             break
         if train_ms[hi] <= train_ms[lo]:
-            raise cli.Error(f"{path}: train_time does not grow from step {lo} to step {hi}; is it more than one run "
+            raise UserError(f"{path}: train_time does not grow from step {lo} to step {hi}; is it more than one run "
                             "in one log, or the wrong --scheduled_steps?")
         stage_ms.append((train_ms[hi] - train_ms[lo]) / (hi - lo))
     return stage_ms
@@ -158,14 +159,14 @@ def main(argv=None):
                         help="steps before the extension, for logs with no ms/step or config line")
     args = parser.parse_args(argv)
     if plt is None:
-        raise cli.Error("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
+        raise UserError("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
     out = Path(args.out)
     if out.suffix.lower() != ".png":
-        raise cli.Error(f"--out {out}: the plot is a PNG; give a file name ending in .png")
-    cli.check_output(out, args.logs)
+        raise UserError(f"--out {out}: the plot is a PNG; give a file name ending in .png")
+    check_output(out, args.logs)
     labels = args.labels.split(",") if args.labels else None
     if labels and len(labels) != len(args.logs):
-        raise cli.Error(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")
+        raise UserError(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")
     runs = [parse_log(p, args.scheduled_steps) for p in args.logs]
     draw(runs, labels or [label(p, run) for p, run in zip(args.logs, runs)], out)
     print(f"wrote {out}")

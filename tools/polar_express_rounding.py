@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kernels.polar_express import NORM_EPS, NORM_SAFETY, orthogonalize_reference, spectral_norm_bound  # noqa: E402
-from tools import cli  # noqa: E402
+from harness import cli  # noqa: E402
 
 
 def gradient_like(n: int, rows: int, cols: int) -> torch.Tensor:

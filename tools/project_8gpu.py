@@ -44,9 +44,10 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.*
-from data.shards import atomic_write  # noqa: E402
-from tools import cli  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from harness.files import atomic_write, check_output  # noqa: E402
 
 # The record's schedule: three equal stages of 1450 scheduled steps, then 40 extension steps at stage 3's batch.
 STAGE_BOUNDS = (0, 483, 967, 1450, 1490)
@@ -194,15 +195,15 @@ def three_floats(text: str) -> tuple:
 
 def load_ledger(path) -> dict:
     """The stages of a `tools/comm_ledger.py --world_size 8 --json` file, checked: every stage and kind of step,
-    each sending a finite, positive number of bytes. cli.Error names the file and what is wrong."""
+    each sending a finite, positive number of bytes. UserError names the file and what is wrong."""
     try:
         data = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         where = f"{path}:{e.lineno}" if isinstance(e, json.JSONDecodeError) else str(path)
-        raise cli.Error(f"{where}: not JSON ({e}); pass the file `tools/comm_ledger.py --json` writes") from None
+        raise UserError(f"{where}: not JSON ({e}); pass the file `tools/comm_ledger.py --json` writes") from None
 
     def bad(problem):
-        return cli.Error(f"{path}: {problem}; write it again with tools/comm_ledger.py --world_size 8 --json FILE")
+        return UserError(f"{path}: {problem}; write it again with tools/comm_ledger.py --world_size 8 --json FILE")
     if not isinstance(data, dict) or not isinstance(data.get("stages"), dict):
         raise bad("not a ledger (no stages)")
     if data.get("world_size") != 8:
@@ -240,10 +241,10 @@ def main(argv=None):
     parser.add_argument("--json", help="also write the results as JSON")
     args = parser.parse_args(argv)
     if args.ref_opt1_ms >= min(REF_1GPU_MS):
-        raise cli.Error(f"--ref_opt1_ms {args.ref_opt1_ms:g} must be below the reference's one-GPU step "
+        raise UserError(f"--ref_opt1_ms {args.ref_opt1_ms:g} must be below the reference's one-GPU step "
                         f"({min(REF_1GPU_MS):g} ms in stage 1): it is the optimizer's share of that step")
     if args.json:
-        cli.check_output(args.json, [args.ledger] if args.ledger else [])
+        check_output(args.json, [args.ledger] if args.ledger else [])
     if args.ledger:
         ledger = load_ledger(args.ledger)
     else:

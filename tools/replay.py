@@ -21,7 +21,8 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
 from harness.checkpoint import read_file, settings_from  # noqa: E402
-from tools import cli  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
 
 
 class FirstNaN(TorchDispatchMode):
@@ -79,7 +80,7 @@ def replay(path: str, device: str) -> int:
     try:
         saved = settings_from(tg.Hyperparameters, capture["config"])
     except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
-        raise cli.Error(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
+        raise UserError(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
                         "version's code (its log holds it)") from None
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
     rt = tg.setup_runtime(saved)  # refuses with one line, e.g. --device cuda without a GPU

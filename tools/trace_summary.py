@@ -18,8 +18,9 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from tools import cli  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for harness/
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
 
 OPENERS = {".xz": lzma.open, ".gz": gzip.open}
 
@@ -38,24 +39,24 @@ def family(name: str) -> str:
 
 
 def load_events(path) -> list[dict]:
-    """The trace's timed events (name, ts, dur), checked; cli.Error names the file and what is wrong."""
+    """The trace's timed events (name, ts, dur), checked; UserError names the file and what is wrong."""
     path = Path(path)
     try:
         with OPENERS.get(path.suffix, open)(path, "rt") as f:
             events = json.load(f)["traceEvents"]
     except (ValueError, EOFError, lzma.LZMAError, gzip.BadGzipFile, KeyError, TypeError) as e:
         # ValueError: not JSON or not text; KeyError/TypeError: JSON, but not a trace
-        raise cli.Error(f"{path}: not a Chrome trace with traceEvents ({type(e).__name__}: {str(e)[:80]}); pass the "
+        raise UserError(f"{path}: not a Chrome trace with traceEvents ({type(e).__name__}: {str(e)[:80]}); pass the "
                         "<run_id>_trace.json that train_gpt.py --profile_steps writes") from None
     if not isinstance(events, list):
-        raise cli.Error(f"{path}: traceEvents is not a list; pass the <run_id>_trace.json of --profile_steps")
+        raise UserError(f"{path}: traceEvents is not a list; pass the <run_id>_trace.json of --profile_steps")
     timed = []
     for i, e in enumerate(events):
         if not isinstance(e, dict) or "dur" not in e:
             continue  # metadata and instant events
         if not (isinstance(e.get("name"), str) and all(isinstance(e.get(k), (int, float)) and math.isfinite(e[k])
                                                       for k in ("ts", "dur")) and e["dur"] >= 0):
-            raise cli.Error(f"{path}: event {i} ({str(e)[:60]}) lacks a name or a finite ts and dur >= 0; "
+            raise UserError(f"{path}: event {i} ({str(e)[:60]}) lacks a name or a finite ts and dur >= 0; "
                             "is the trace cut or edited?")
         timed.append(e)
     return timed
@@ -84,10 +85,10 @@ def summarize(path, steps: int | None = None):
     if steps is None:
         steps = profiled
         if not steps:
-            raise cli.Error(f"{path}: no ProfilerStep ranges to count the steps by; pass STEPS (b - a of "
+            raise UserError(f"{path}: no ProfilerStep ranges to count the steps by; pass STEPS (b - a of "
                             "--profile_steps a:b)")
     elif profiled and steps != profiled:
-        raise cli.Error(f"{path} holds {profiled} profiled steps, not {steps}; pass {profiled} or leave STEPS out")
+        raise UserError(f"{path} holds {profiled} profiled steps, not {steps}; pass {profiled} or leave STEPS out")
     per_step = lambda us: us / 1e3 / steps  # noqa: E731
     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     by_name = collections.defaultdict(lambda: [0.0, 0])
@@ -134,7 +135,7 @@ def summarize(path, steps: int | None = None):
             if e.get("cat") == "cpu_op":
                 ops[e["name"]] += e["dur"]
         if not ops:
-            raise cli.Error(f"{path}: no GPU kernels and no CPU ops in the trace, nothing to summarize; profile "
+            raise UserError(f"{path}: no GPU kernels and no CPU ops in the trace, nothing to summarize; profile "
                             "steps that run (--profile_steps a:b)")
         print("no GPU kernels in the trace (a CPU run's): host time per step by op, inclusive (an op's time holds "
               "the ops it calls)")

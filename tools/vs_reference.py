@@ -42,8 +42,10 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for tools.cli
-from tools import cli, stats  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
+from harness import cli  # noqa: E402
+from harness.cli import UserError  # noqa: E402
+from tools import stats  # noqa: E402
 from tools.ab import PEAK, STARTUP  # noqa: E402
 from tools.plot import parse_log  # noqa: E402
 
@@ -56,13 +58,13 @@ WORLD = re.compile(r"^world: (\d+) \(", re.M)
 def settings(path: Path, text: str) -> dict:
     """The log's `config:` line as {name: value text}."""
     if not (m := CONFIG.search(text)):
-        raise cli.Error(f"{path}: no `config:` line; is it a train_gpt.py log (the reference's goes to --reference)?")
+        raise UserError(f"{path}: no `config:` line; is it a train_gpt.py log (the reference's goes to --reference)?")
     return dict(SETTING.findall(m[1]))
 
 
 def check_numerics(path: Path, config: dict, fp8: bool, flag: str):
     if config.get("fp8_body") != str(fp8):
-        raise cli.Error(f"{path}: fp8_body={config.get('fp8_body')}, but {flag} takes runs with --fp8_body {fp8}; "
+        raise UserError(f"{path}: fp8_body={config.get('fp8_body')}, but {flag} takes runs with --fp8_body {fp8}; "
                         "give each log to its numerics")
 
 
@@ -72,20 +74,20 @@ def project_run(path: Path, fp8: bool, world_given: int | None = None) -> dict:
     text = path.read_text(errors="replace")
     config, parsed = settings(path, text), parse_log(path)
     if missing := [k for k in ("seed", "num_scheduled_steps", "fp8_body", "emulate_world_size") if k not in config]:
-        raise cli.Error(f"{path}: its `config:` line lacks {', '.join(missing)}; is it from this project's train_gpt.py?")
+        raise UserError(f"{path}: its `config:` line lacks {', '.join(missing)}; is it from this project's train_gpt.py?")
     if config["emulate_world_size"] != "0":
-        raise cli.Error(f"{path}: an emulated rank (--emulate_world_size {config['emulate_world_size']}) times one "
+        raise UserError(f"{path}: an emulated rank (--emulate_world_size {config['emulate_world_size']}) times one "
                         "rank's share of a step, not a run; give it to tools/project_8gpu.py")
     check_numerics(path, config, fp8, "--fp8" if fp8 else "--exact")
     world = int(m[1]) if (m := WORLD.search(text)) else world_given
     if world is None:
-        raise cli.Error(f"{path}: no `world: N (...)` line (a train_gpt.py older than the logging of its world size); "
+        raise UserError(f"{path}: no `world: N (...)` line (a train_gpt.py older than the logging of its world size); "
                         "give the runs' world size with --world N")
     if world_given is not None and world != world_given:
-        raise cli.Error(f"{path}: its `world:` line says {world}, not --world {world_given}; give runs of one world")
+        raise UserError(f"{path}: its `world:` line says {world}, not --world {world_given}; give runs of one world")
     peak = PEAK.search(text)
     if not parsed.val or len(parsed.stage_ms) < 3 or not peak:
-        raise cli.Error(f"{path}: no final validation, `ms/step by stage` or `peak memory allocated:` line; did the "
+        raise UserError(f"{path}: no final validation, `ms/step by stage` or `peak memory allocated:` line; did the "
                         "run finish on a GPU?")
     step, train_s, loss = parsed.val[-1]
     return dict(path=path, seed=int(config["seed"]), steps=(int(config["num_scheduled_steps"]), step),
@@ -100,10 +102,10 @@ def cold_start(path: Path, scheduled: int) -> dict:
     config = settings(path, text)
     check_numerics(path, config, True, "--cold")
     if config.get("num_scheduled_steps") != str(scheduled):
-        raise cli.Error(f"{path}: num_scheduled_steps={config.get('num_scheduled_steps')}, not the --fp8 runs' "
+        raise UserError(f"{path}: num_scheduled_steps={config.get('num_scheduled_steps')}, not the --fp8 runs' "
                         f"{scheduled}; give --cold cold starts of the same schedule")
     if not (m := STARTUP.search(text)):
-        raise cli.Error(f"{path}: no `startup:` line; give --cold a log of a run that reached its first timed step")
+        raise UserError(f"{path}: no `startup:` line; give --cold a log of a run that reached its first timed step")
     return dict(path=path, startup_s=float(m[1]))
 
 
@@ -128,7 +130,7 @@ def reference_run(path: Path, scheduled: int, total: int) -> dict:
     """One run of the reference, to the project's last step: its train time, val loss, stages and peak memory."""
     ref = parse_log(path, scheduled_steps=scheduled)
     if not ref.val or ref.val[-1][0] != total or len(ref.stage_ms) < 3:
-        raise cli.Error(f"{path}: its last validation is not at step {total} (the project's last) with three stages "
+        raise UserError(f"{path}: its last validation is not at step {total} (the project's last) with three stages "
                         "before it; did it run the same schedule to the end?")
     return dict(path=path, train_s=ref.val[-1][1], loss=ref.val[-1][2], stage_ms=ref.stage_ms,
                 peak_mib=int(m[1]) if (m := PEAK.search(path.read_text(errors="replace"))) else None)
@@ -167,10 +169,10 @@ def main(argv=None):
     exact = [project_run(f, False, args.world) for f in args.exact]
     for flag, runs in (("--fp8", fp8), ("--exact", exact)):
         if len(seeds := [r["seed"] for r in runs]) != len(set(seeds)):
-            raise cli.Error(f"{flag}: seeds {seeds} repeat; give one run per seed")
+            raise UserError(f"{flag}: seeds {seeds} repeat; give one run per seed")
     runs = fp8 + exact
     if mixed := [str(r["path"]) for r in runs if (r["steps"], r["world"]) != (fp8[0]["steps"], fp8[0]["world"])]:
-        raise cli.Error(f"{', '.join(mixed)}: other steps (scheduled, total) or world size than {fp8[0]['path']}; "
+        raise UserError(f"{', '.join(mixed)}: other steps (scheduled, total) or world size than {fp8[0]['path']}; "
                         "compare runs of one schedule and world")
     (scheduled, total), world = fp8[0]["steps"], fp8[0]["world"]
     colds = [cold_start(f, scheduled) for f in args.cold]

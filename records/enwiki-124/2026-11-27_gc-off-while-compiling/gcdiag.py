@@ -25,4 +25,4 @@ def report():
             for g, (n, tot, mx) in sorted(d.items()):
                 print(f"gcdiag {ph} gen{g}: {n} collections, {tot*1000:.1f} ms total, max {mx*1000:.1f} ms", file=sys.stderr)
 atexit.register(report)
-tg.exit_with_one_line(tg.main)
+sys.exit(tg.program(tg.main, ending=tg.run_ending)())

@@ -1,9 +1,11 @@
-"""The one convention of the data/ and tools/ programs for bad input and faults.
+"""The ground floor: the one convention of every program (train_gpt.py, the data/ and tools/ programs) for bad
+input and faults, and the one exception type for them.
 
 A bad argument, a malformed input or a failed write ends with ONE line on stderr that starts with `error:`, names
-the file (and line, where there is one) and says the fix, with exit status 1 (2 for a bad command-line argument);
-Ctrl-C ends with one line and status 130, after the program's clean-up. Never a traceback: those are for bugs.
-No torch: the data tools use it.
+the file (and line, where there is one) and says the fix, with exit status 1 (2 for an argument ArgumentParser refuses);
+Ctrl-C ends with one line and status 130, after the program's clean-up (train_gpt.py's signals: a line of its own
+and 1). Never a traceback: those are for bugs. The code below the entry points raises UserError; only program()
+prints the line and exits. Imports nothing of the project and no torch: everything else may import it.
 """
 import argparse
 import errno
@@ -11,13 +13,18 @@ import functools
 import math
 import os
 import sys
-from pathlib import Path
-
-from harness.files import check_writable, stderr_line
 
 
-class Error(Exception):
-    """A problem the user can fix: its message says what, where (file:line) and how, on one line."""
+class UserError(Exception):
+    """A problem the user can fix: its message says what, where (file:line) and how, on one line, without the
+    `error: ` that program() puts before it."""
+
+
+def stderr_line(text: str):
+    """text and its newline on stderr in one write, so that lines printed by several ranks at once stay whole
+    (print() writes the newline separately: with PYTHONUNBUFFERED, a write each)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 # what to do about an OSError, by its errno (the path and the system's words come first)
@@ -48,32 +55,41 @@ def fail(message: str, status: int = 1):
     raise SystemExit(status)
 
 
-def program(main=None, *, error_status: int = 1):
-    """Decorate main(argv): an Error, an OSError or a refusal by train_gpt.py's or harness/'s code (their
-    SystemExit("error: ...")) becomes the one `error:` line and exit status `error_status`; Ctrl-C
-    (KeyboardInterrupt, whose message may add what the program kept) one line and 130."""
+def program(main=None, *, error_status: int = 1, ending=None):
+    """Decorate main(argv), the entry point of every program: a UserError or an OSError becomes the one `error:` line
+    and exit status `error_status`; Ctrl-C (KeyboardInterrupt, whose message may add what the program kept) one line
+    and 130; an exit with a status (--help's 0, argparse's 2) passes as it is; anything else is a bug, with its
+    traceback. ending(exception) -> a line or None: the program's own outcomes, asked first, each ending with its
+    line and `error_status` (train_gpt.py's: harness/guard.run_ending)."""
     if main is None:
-        return functools.partial(program, error_status=error_status)
+        return functools.partial(program, error_status=error_status, ending=ending)
 
     @functools.wraps(main)
     def run(argv=None):
         try:
             return main(argv)
-        except Error as e:
-            fail(str(e), error_status)
-        except SystemExit as e:  # --help, fail() and argparse exit with a status, not a line: those pass on
-            if not (isinstance(e.code, str) and e.code.startswith("error: ")):
-                raise
-            fail(e.code.removeprefix("error: "), error_status)
         except BrokenPipeError:  # the reader of our output left (`| head`): nothing to say, to no one
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush fails no more
             raise SystemExit(141) from None
-        except OSError as e:
-            fail(describe_os_error(e), error_status)
-        except KeyboardInterrupt as e:
-            stderr_line(f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}")
-            raise SystemExit(130) from None
+        except BaseException as e:
+            if (said := _last_line(e, error_status, ending)) is None:
+                raise
+            stderr_line(said[0])
+            raise SystemExit(said[1]) from None
     return run
+
+
+def _last_line(e: BaseException, status: int, ending=None) -> tuple[str, int] | None:
+    """The line and exit status a program ends with on `e` (program()), or None where `e` passes on."""
+    if ending is not None and (line := ending(e)) is not None:
+        return line, status
+    if isinstance(e, UserError):
+        return f"error: {e}", status
+    if isinstance(e, OSError):
+        return f"error: {describe_os_error(e)}", status
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted by Ctrl-C: stopped{f'; {e}' if str(e) else ''}", 130
+    return None
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -123,18 +139,3 @@ def finite(low: float = 0.0, *, above: bool = True):
             raise argparse.ArgumentTypeError(str(e)) from None
     return parse
 
-
-def check_output(path, inputs=()) -> Path:
-    """Before the work: the file `path` can be created or replaced (its folder exists and takes files) and is none
-    of the `inputs`, which are never overwritten."""
-    path = Path(path)
-    for name in inputs:
-        try:
-            if path.samefile(name):
-                raise Error(f"{path} is the input {name}; name a new file for the output")
-        except FileNotFoundError:  # either one: not the same file
-            pass
-    if path.is_dir():
-        raise Error(f"{path} is a folder; name a file in it")
-    check_writable(path.parent)
-    return path

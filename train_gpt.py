@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -28,12 +29,14 @@ from pathlib import Path
 from data.shards import find_shards
 from harness import compile_helpers
 from harness.cli import UserError, program
-from harness.settings import check_settings, parse_args
+from harness.settings import need, parse_args, runtime
 
 # -----------------------------------------------------------------------------
-# Hyperparameters: every knob of the run. Defaults reproduce the record on 8xH100.
+# Hyperparameters: every knob of the run. Defaults reproduce the record on 8xH100. A runtime(...) setting says how a
+# run runs, not what it computes: a resumed run may change it.
 
 MICRO_BATCHES = 8  # per step: one per GPU of the record's 8xH100 box; fewer GPUs accumulate 8 / world_size each
+STAGES = 3  # training stages of growing batch, sequence length and windows; the extension stage follows them
 GATE_CHANNELS = 12  # the model's gates read the first 12 channels of their input stream
 ATTENTION = ("auto", "fa3", "varlen", "sdpa")  # --attention's choices (kernels/attention.py: ATTENTION_CHOICES)
 
@@ -83,31 +86,109 @@ class Hyperparameters:
     run_id: str = ""  # log file name under logs/; default: a fresh uuid
     log_dir: str = "logs"  # folder of the log, captures, traces and checkpoints
     # runtime
-    device: str = "auto"  # auto | cuda | cpu
-    attention: str = "auto"  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
-    fa3_hub_wait: float = 120.0  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
-    dist_timeout: float = 300.0  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
-    compile: bool = True  # torch.compile the model and optimizer math
-    compile_helpers: bool = True  # CUDA warm-up: two helper processes compile the backward and optimizer graphs meanwhile
-    cuda_graphs: bool = True  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
-    warmup: bool = True  # untimed compile and capture warm-up on each stage's first steps, then a state reset
-    save_checkpoint: bool = False  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
-    checkpoint_every: int = 0  # also save it every N steps (0: never)
+    device: str = runtime("auto")  # auto | cuda | cpu
+    attention: str = runtime("auto")  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
+    fa3_hub_wait: float = runtime(120.0)  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
+    dist_timeout: float = runtime(300.0)  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
+    compile: bool = runtime(True)  # torch.compile the model and optimizer math
+    compile_helpers: bool = runtime(True)  # CUDA warm-up: two helper processes compile the backward and optimizer graphs meanwhile
+    cuda_graphs: bool = runtime(True)  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
+    warmup: bool = runtime(True)  # untimed compile and capture warm-up on each stage's first steps, then a state reset
+    save_checkpoint: bool = runtime(False)  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
+    checkpoint_every: int = runtime(0)  # also save it every N steps (0: never)
     resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
-    overwrite: bool = False  # allow a --run_id whose log already exists (its files are replaced)
+    overwrite: bool = runtime(False)  # allow a --run_id whose log already exists (its files are replaced)
     # reliability and debugging
-    guard_every: int = 50  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
+    guard_every: int = runtime(50)  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
     inject_fault_step: int = -1  # try the guard: this step's loss weights are NaN, so its loss and gradients are too
-    profile_steps: str = ""  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
-    sync_debug: bool = False  # CUDA: warn on any device->host sync inside the timed steps
+    profile_steps: str = runtime("")  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
+    sync_debug: bool = runtime(False)  # CUDA: warn on any device->host sync inside the timed steps
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
 
 
 def validate(hp: Hyperparameters):
-    """Every setting in range and every derived constraint met, else a one-line error naming the flag and a valid
-    value: before anything is loaded or built (harness/settings.py, with this recipe's constants)."""
-    check_settings(hp, MICRO_BATCHES, GATE_CHANNELS, ATTENTION)
+    """Every setting in range and every rule between settings met, else a one-line error naming the flag and a valid
+    value: before anything is loaded or built."""
+    defaults = Hyperparameters()
+
+    def positive_ints(name: str, n: int):
+        value = getattr(hp, name)
+        need(len(value) == n and all(isinstance(v, int) and v > 0 for v in value),
+             f"--{name} {value!r} needs {n} positive integers, e.g. {getattr(defaults, name)!r}")
+
+    need(hp.vocab_size >= 2, f"--vocab_size {hp.vocab_size} must be at least 2")
+    need(0 <= hp.bos_id < hp.vocab_size, f"--bos_id {hp.bos_id} must be a token id below --vocab_size {hp.vocab_size}")
+    need(hp.val_tokens > 0 and hp.val_micro_batch_tokens > 0 and hp.val_tokens % hp.val_micro_batch_tokens == 0,
+         f"--val_tokens {hp.val_tokens} must be a positive multiple of --val_micro_batch_tokens {hp.val_micro_batch_tokens}")
+    need(hp.num_scheduled_steps >= STAGES,
+         f"--num_scheduled_steps {hp.num_scheduled_steps} must be at least {STAGES} (one per stage)")
+    need(hp.num_extension_steps >= 0, f"--num_extension_steps {hp.num_extension_steps} must be 0 or more")
+    for name in ("cooldown_frac", "final_lr_frac"):
+        need(0.0 <= getattr(hp, name) <= 1.0, f"--{name} {getattr(hp, name)} must be in [0, 1]")
+    need(0.0 < hp.untie_frac <= 1.0, f"--untie_frac {hp.untie_frac} must be in (0, 1]")
+    positive_ints("micro_batch_tokens", STAGES)
+    positive_ints("stage_seq_lens", STAGES)
+    need(all(s <= t for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),
+         f"--stage_seq_lens {hp.stage_seq_lens!r} may not exceed --micro_batch_tokens {hp.micro_batch_tokens!r}")
+    need(len(hp.stage_lr_muls) == STAGES and all(0 < m <= 100 for m in hp.stage_lr_muls),
+         f"--stage_lr_muls {hp.stage_lr_muls!r} needs {STAGES} multipliers in (0, 100], e.g. (1.0, 1.52, 1.73)")
+    windows = hp.stage_windows
+    need(len(windows) == STAGES + 1 and all(len(w) == 2 and all(isinstance(b, int) and b > 0 for b in w)
+                                            and w[0] <= w[1] for w in windows),
+         f"--stage_windows {windows!r} needs {STAGES + 1} (short, long) pairs of positive block counts with short "
+         "<= long")
+    longs = [w[1] for w in windows] + [hp.final_long_window]
+    need(all(a <= b for a, b in zip(longs, longs[1:])),
+         f"--stage_windows long windows {longs[:-1]} and --final_long_window {hp.final_long_window} may only grow "
+         "(YaRN extends the rotary positions to longer windows, never shorter)")
+    need(hp.window_block > 0, f"--window_block {hp.window_block} must be positive, e.g. 128")
+    need(len(hp.stage_mtp_weights) == STAGES and all(
+        len(pair) == 2 and len(pair[0]) == len(pair[1]) >= 1 and all(w >= 0 for w in pair[0] + pair[1])
+        and sum(pair[0]) > 0 and sum(pair[1]) > 0 for pair in hp.stage_mtp_weights),
+        f"--stage_mtp_weights needs {STAGES} (start, end) pairs of equally long non-negative weight tuples, none all "
+        f"zero, e.g. {defaults.stage_mtp_weights!r}")
+    need(min(hp.model_dim, hp.num_heads, hp.head_dim) > 0, "--model_dim, --num_heads and --head_dim must be positive")
+    # heads come in pairs (paired-head attention) of a multiple of 4 channels (half-truncated rotary pairs)
+    need(hp.model_dim % 8 == 0 and hp.model_dim >= GATE_CHANNELS,
+         f"--model_dim {hp.model_dim} must be a multiple of 8 and at least {GATE_CHANNELS} (an even number of heads of "
+         f"a multiple of 4 channels; the gates read {GATE_CHANNELS}), e.g. {max(16, hp.model_dim // 8 * 8)}")
+    heads = min(range(2, hp.model_dim // 4 + 1, 2), key=lambda h: (hp.model_dim % (4 * h) != 0, abs(hp.model_dim / h - 128)))
+    need(hp.num_heads * hp.head_dim == hp.model_dim and hp.num_heads % 2 == 0 and hp.head_dim % 4 == 0,
+         f"--num_heads {hp.num_heads} x --head_dim {hp.head_dim} must equal --model_dim {hp.model_dim}, with an even "
+         f"number of heads of a multiple of 4 channels, e.g. --num_heads {heads} --head_dim {hp.model_dim // heads}")
+    if (hp.fp8_head or hp.fp8_body) and hp.device != "cpu":  # FP8 matmuls (cuBLASLt, TMA) need 16-byte rows
+        need(hp.model_dim % 16 == 0 and all(t % 16 == 0 for t in hp.micro_batch_tokens),
+             f"FP8 matmuls need --model_dim {hp.model_dim} and --micro_batch_tokens {hp.micro_batch_tokens!r} in "
+             "multiples of 16; change them or pass --fp8_head False --fp8_body False")
+    for name in ("adam_lr", "muon_lr"):
+        need(0 < getattr(hp, name) <= 1, f"--{name} {getattr(hp, name)} must be in (0, 1], e.g. {getattr(defaults, name)}")
+    need(0 < hp.adam_eps < 1, f"--adam_eps {hp.adam_eps} must be in (0, 1), e.g. 1e-10")
+    for name in ("adam_wd", "muon_wd"):
+        need(0 <= getattr(hp, name) <= 100, f"--{name} {getattr(hp, name)} must be in [0, 100]")
+    for name in ("muon_beta2", "muon_momentum_min", "muon_momentum_max"):
+        need(0 <= getattr(hp, name) < 1, f"--{name} {getattr(hp, name)} must be in [0, 1)")
+    need(hp.muon_momentum_min <= hp.muon_momentum_max, "--muon_momentum_min may not exceed --muon_momentum_max")
+    for name in ("muon_momentum_warmup_steps", "muon_momentum_cooldown_steps"):
+        need(getattr(hp, name) >= 1, f"--{name} {getattr(hp, name)} must be at least 1")
+    for name in ("val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
+        need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
+    need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
+         f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
+    total = hp.num_scheduled_steps + hp.num_extension_steps
+    need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
+    need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
+    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
+         f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
+    need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
+    need(hp.attention in ATTENTION, f"--attention must be one of {', '.join(ATTENTION)}, not {hp.attention!r}")
+    need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
+    need(hp.dist_timeout > 0, f"--dist_timeout {hp.dist_timeout} must be positive seconds, e.g. 300")
+    need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
+         and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
+         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last), "
+         f"within the run's {total} steps")
+    need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 
 def check_files(hp: Hyperparameters):
@@ -115,9 +196,8 @@ def check_files(hp: Hyperparameters):
     find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
 
 
-if __name__ == "__main__":  # --help, --check, setting errors: at once; compile helpers: beside the heavy imports below
-    program(lambda argv: compile_helpers.spawn(parse_args(argv, Hyperparameters, validate, check_files)[0], __file__,
-                                               argv))(sys.argv[1:])
+if __name__ == "__main__":  # --help, --check and setting errors answer before the heavy imports below
+    program(lambda argv: parse_args(argv, Hyperparameters, validate, check_files))(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -127,9 +207,9 @@ from torch import Tensor, nn  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
-from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
+from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
-from harness.launch import form_group, read_launch  # noqa: E402
+from harness.launch import Watchdog, form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -1236,11 +1316,11 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
         def covers(n: int) -> bool:
             shorter = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
             return cover(shorter, bos, sizes)[0] == shorter.total_steps
-        fits, too_many = Schedule.NUM_STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
+        fits, too_many = STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
         while too_many - fits > 1:
             mid = (fits + too_many) // 2
             fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
-        fits = fits if fits >= Schedule.NUM_STAGES else None
+        fits = fits if fits >= STAGES else None
         lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(bos, sizes)])  # documents, shard by shard
         longest = max(hp.stage_seq_lens)
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
@@ -1272,21 +1352,25 @@ class StepSettings:
     muon_momentum: float
     adam: bool  # Adam parameters update on odd steps only, with two steps of gradients (@classiclarryd)
 
+    @property
+    def optimizer_args(self) -> tuple[float, float, bool]:
+        """NorMuonAdam.step's arguments at this step."""
+        return self.lr_scale, self.muon_momentum, self.adam
+
 
 class Schedule:
     """Three equal stages over the scheduled steps, then the extension: it keeps the last stage's batch,
     sequence length, lr multiplier and final MTP weights, and takes its own (longer) windows."""
-    NUM_STAGES = 3  # training stages; the extension follows them
 
     def __init__(self, hp: Hyperparameters):
         self.hp = hp
         S = hp.num_scheduled_steps
         self.total_steps = S + hp.num_extension_steps
-        assert S >= self.NUM_STAGES and len(hp.stage_windows) == self.NUM_STAGES + 1 and all(
-            len(getattr(hp, name)) == self.NUM_STAGES
+        assert S >= STAGES and len(hp.stage_windows) == STAGES + 1 and all(
+            len(getattr(hp, name)) == STAGES
             for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights")), "validate()"
         # stage i covers steps [bounds[i], bounds[i + 1]); the last one is the extension
-        self.bounds = [round(i * S / self.NUM_STAGES) for i in range(self.NUM_STAGES + 1)] + [self.total_steps]
+        self.bounds = [round(i * S / STAGES) for i in range(STAGES + 1)] + [self.total_steps]
         self.transition_steps = self.bounds[1:-1]
         self.split_step = round(S * hp.untie_frac) | 1  # untie on an odd step, where Adam updates both
         extension = (hp.micro_batch_tokens[-1], hp.stage_seq_lens[-1], hp.stage_lr_muls[-1],
@@ -1388,16 +1472,20 @@ class Trainer:
     """Owns the model, optimizer, schedule and data; runs steps, validations, the warm-up and rewinds."""
 
     def __init__(self, hp: Hyperparameters, rt: Runtime, schedule: "Schedule", data: CheckedData, log: Logger,
-                 stop: StopRequest, helpers: compile_helpers.CompileHelpers | None = None):
-        """data: check_data's; stop: the signal handler's request; helpers: a cold start's, stopped after the warm-up."""
+                 stop: StopRequest, helpers: compile_helpers.CompileHelpers | None = None, helper: str = ""):
+        """data: check_data's; stop: the signal handler's request; helpers: a cold start's, stopped after the warm-up;
+        helper: this process is one of them, "backward" or "optimizer" (compile_ahead)."""
         self.hp, self.rt, self.schedule, self.train_index, self.log = hp, rt, schedule, data.train, log
-        self.helpers = helpers
+        self.helpers, self.helper = helpers, helper
         self.model = build_model(hp, rt)
         # dynamic: token counts, windows and lengths are symbolic, so one training graph serves every stage
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
-        self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if hp.compile else self.model
+        compile_model = hp.compile and helper != "optimizer"
+        self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if compile_model else self.model
         self.w8 = self.model.fp8_weights()  # remade in place before each step and validation: CUDA graphs read them
-        compiled = hp.compile and self.w8 is not None
+        # the run compiles the copies' graph itself, first thing: its few kernels fit in the time it then waits for the
+        # backward helper (records/enwiki-124/2026-11-27_fp8-weight-copies-stacked); helpers make them eagerly
+        compiled = hp.compile and self.w8 is not None and not helper
         self.remake_w8 = torch.compile(self.copy_fp8_weights, fullgraph=True) if compiled else self.copy_fp8_weights
         self.optimizer = NorMuonAdam(self.model, hp, rt, compile=hp.compile)
         self.bigram_rows = self.model.bigram_embed.size(0)
@@ -1407,7 +1495,7 @@ class Trainer:
         self.mtp_table = torch.tensor([schedule.at(s).mtp_weights for s in range(schedule.total_steps + 1)],
                                       device=rt.device)  # (steps + 1, K)
         self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
-        self.graphs = hp.cuda_graphs and rt.device.type == "cuda"
+        self.graphs = hp.cuda_graphs and rt.device.type == "cuda" and not helper
         self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         # per step, this rank's shares of the mean training loss per token and of its gradient's squared norms,
@@ -1416,7 +1504,9 @@ class Trainer:
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
-        self.stop, self.watch = stop, Watch(self, stop, self.checkpoints, log)
+        watchdog = Watchdog(hp.dist_timeout, rt.rank, log) if rt.distributed else None  # a peer that died: no hang
+        self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
+                                            self.checkpoints, log, watchdog)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
@@ -1476,10 +1566,6 @@ class Trainer:
         settings = self.schedule.at(step)
         return self.loader.next_step(settings.micro_batch_tokens, settings.seq_len)
 
-    def optimizer_args(self, step: int) -> tuple[float, float, bool]:
-        settings = self.schedule.at(step)
-        return settings.lr_scale, settings.muon_momentum, settings.adam
-
     def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
         """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
         loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) * self.model.cfg.loss_scale
@@ -1494,7 +1580,7 @@ class Trainer:
         if data.bigram_rows is not None:
             self.optimizer.note_touched_rows(data.bigram_rows)
         with torch.profiler.record_function("optimizer_step"):  # a named range in --profile_steps traces
-            grad_sq = self.optimizer.step(*self.optimizer_args(step))
+            grad_sq = self.optimizer.step(*self.schedule.at(step).optimizer_args)
         T = self.schedule.at(step).micro_batch_tokens  # the losses are sums over T positions: per token, / T
         self.metrics[step] = torch.cat([(torch.stack(losses).sum() / (T * self.ranks_summed))[None], grad_sq / T**2])
         if self.hp.guard_every > 0:  # values the step made anyway: no extra pass over the full gradients
@@ -1507,6 +1593,30 @@ class Trainer:
         what Adam carries over from an even step (nothing before an even step: the odd one before it used it up)."""
         return dict(step=step, loader=self.loader.position(), model=self.model.state_dict(),
                     optimizer=self.optimizer.state_dict(), carried=self.carried() if step % 2 == 1 else None)
+
+    def capture(self, good: dict, bad_step: int, detected_at: int) -> str:
+        """The guard's capture of a non-finite step, for tools/replay.py: rewind to the snapshot `good`, re-run to the
+        failing step, save the state before it (a checkpoint's keys) with its batches and forward schedule, then run
+        it to see whether the failure reproduces. Returns the capture's path."""
+        self.restore(good)
+        for step in range(good["step"], bad_step):
+            self.train_step(step, self.next_batches(step))
+        self.set_rotary(bad_step)
+        data, sched = self.next_batches(bad_step), self.forward_schedule(bad_step)
+        capture = dict(
+            header("capture", self.rt.rank, self.rt.world_size, self.checkpoints.data, self.hp),
+            state=copy_tree(self.state(bad_step), device="cpu"), detected_at=detected_at,
+            grad_accum_steps=self.rt.grad_accum_steps,
+            forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
+                         mtp_weights=sched.mtp_weights.tolist()),
+            batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
+                     for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
+        self.guard.reset()
+        self.train_step(bad_step, data)
+        capture["reproduced"] = self.guard.read()[0] == bad_step
+        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
+        save_atomically(capture, path)
+        return path
 
     def snapshot(self, step: int, into: dict | None = None) -> dict:
         """A copy of state(step) on the device; `into`: an earlier snapshot whose buffers are reused."""
@@ -1529,6 +1639,28 @@ class Trainer:
             self.optimizer.load_state_dict(snap["optimizer"])
         self.loader = self.new_loader(snap["loader"])
         self.set_rotary(snap["step"])
+
+    def compile_optimizer(self):
+        """The optimizer's graphs (NorMuon's on an even step, Adam's on an odd one) from zero gradients, before any
+        micro-step: a compile reads only the gradients' shapes."""
+        grads = self.model.gradients()
+        for name, p in self.model.named_parameters():
+            if grads[name] is None:  # as the first backward would leave it
+                p.grad = torch.zeros_like(p)
+        for step in (0, 1):
+            self.optimizer.step(*self.schedule.at(step).optimizer_args)
+
+    def compile_ahead(self):
+        """A compile helper's work (harness/compile_helpers.py): the first two steps, one micro-batch each. The
+        backward helper ends inside the first, once its backward graph is in the cache; the optimizer helper compiles
+        the optimizer's graphs first, which the run needs right after its first backward, while these eager steps
+        build every Triton kernel the model calls."""
+        if self.helper == "optimizer":
+            self.compile_optimizer()
+        for step in (0, 1):
+            data = self.next_batches(step)
+            self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
+        self.sync()
 
     def warmup(self):
         """Untimed, before the first step: compile every training shape the run will time and capture its CUDA graph
@@ -1622,12 +1754,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
-    helpers = compile_helpers.attach(hp, __file__, argv)  # spawned above on a GPU machine, else started here
+    helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU: their imports overlap the run's
     rt = setup_runtime(hp)
-    if compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
+    if role := compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
         schedule = Schedule(hp)
-        return compile_helpers.serve(Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
-                                             Logger(hp.log_dir, hp.run_id, is_master=False), StopRequest()))
+        trainer = Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
+                          Logger(hp.log_dir, hp.run_id, is_master=False), StopRequest(), helper=role)
+        return compile_helpers.serve(trainer.compile_ahead)
     stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
     if threading.current_thread() is threading.main_thread():
         stop.install()

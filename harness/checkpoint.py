@@ -10,12 +10,9 @@ from torch import Tensor
 
 from harness.cli import UserError
 from harness.files import write_atomically
+from harness.settings import runtime_settings
 
-FORMAT = 1  # of the checkpoint and capture files; a file of another format is refused, not guessed at
-# Settings a resumed run may change (how it runs, not what it computes); the rest come from its checkpoint
-RESUME_MAY_CHANGE = {"device", "attention", "fa3_hub_wait", "dist_timeout", "compile", "compile_helpers",
-                     "cuda_graphs", "warmup", "save_checkpoint", "checkpoint_every", "guard_every", "profile_steps",
-                     "sync_debug", "overwrite"}
+FORMAT = 2  # of the checkpoint and capture files (2: a capture holds a checkpoint's state); another is refused
 
 
 def settings_from(cls, config: dict):
@@ -110,7 +107,7 @@ class Checkpoints:
 
 def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes):
     """This rank's checkpoint of the run that settings.resume names (its rank-0 file), and the run's settings: the
-    saved ones, with only RESUME_MAY_CHANGE taken from the command line where `given` there. Refused with one line:
+    saved ones, with only the runtime settings (harness/settings.runtime) taken from the command line where `given`. Refused with one line:
     an unreadable file or one of another kind or format, another rank's or world's, settings this version does not
     know, weights that do not fit their settings (shapes(settings) -> {name: shape}), a finished run.
     total_steps(settings) -> the run's step count."""
@@ -125,14 +122,14 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
         odd = sorted(set(checkpoint["config"]) ^ fields)
         raise UserError(f"{path} was written with other settings ({', '.join(odd)}) by another version of "
                         "train_gpt.py; resume it with the version that wrote it")
-    saved = settings_from(cls, checkpoint["config"])
+    saved, may_change = settings_from(cls, checkpoint["config"]), runtime_settings(cls)
     for name in sorted(given - {"resume"}):
         now, was = getattr(settings, name), getattr(saved, name)
-        if name in RESUME_MAY_CHANGE:
+        if name in may_change:
             setattr(saved, name, now)
         elif now != was:
             raise UserError(f"--{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
-                            f"settings (it may change only {', '.join(sorted(RESUME_MAY_CHANGE))})")
+                            f"settings (it may change only {', '.join(sorted(may_change))})")
     saved.resume = settings.resume
     weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
     expected = shapes(saved)

@@ -1,33 +1,24 @@
 """A cold start's compile helpers. The first warm-up step compiles, one after another, the model's forward and
 backward graphs (Inductor compiles the backward as soon as the forward is compiled: the shapes are dynamic) and then
 the optimizer's graphs, each from scratch when the caches are empty. Two helper processes, the same script and
-settings run again with ROLE in their environment, fill the shared Inductor and Triton caches meanwhile:
+settings run again with ROLE in their environment, fill the shared Inductor and Triton caches meanwhile; what each
+runs is the trainer's (train_gpt.Trainer.compile_ahead), given to serve() as one callable:
 
 - "backward" traces the model as the run does, skips the forward's Inductor compile, compiles the backward and
-  exits. The run, which compiled its forward meanwhile, waits for it at its own backward compile and then finds that
-  graph in Inductor's cache (the same graph, so the same key).
-- "optimizer" compiles the optimizer's graphs (NorMuon's and Adam's) from zero gradients, then runs the first two
-  steps, one micro-batch each, with the model uncompiled: that builds the project's own Triton kernels.
-
-Both make the FP8 weight copies eagerly. That graph (Trainer.remake_w8) the run compiles itself, first thing in its
-first step: a helper could spare it only the Inductor part (the caller traces a graph either way), and before the
-run's forward its whole compile (a few kernels over the stacked banks) fits in the time the run later waits for the
-backward helper (records/enwiki-124/2026-11-27_fp8-weight-copies-stacked).
+  exits (backward_only). The run, which compiled its forward meanwhile, waits for it at its own backward compile
+  and then finds that graph in Inductor's cache (the same graph, so the same key).
+- "optimizer" compiles the optimizer's graphs from zero gradients, then runs the first two steps, one micro-batch
+  each, with the model uncompiled: that builds the project's own Triton kernels.
 
 Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
-costs the run at most the bounded wait, and it compiles what it does not find. With warm caches the backward helper
-finds its graphs and exits after one micro-batch. Both are stopped before the first timed step, and when the run exits.
-
-The backward helper's trace and compile are a cold start's critical path (records/enwiki-124/2026-11-27_cold-start-
-profile-helpers), so the run spawns the helpers before its own imports (`spawn`, torch-free: this module imports
-torch only where it is used), and their imports overlap its own; after them it hooks its backward compile
-(`attach`), or stops the helpers where CUDA or the hooks, two functions of AOTAutograd's (torch 2.11-2.13), are
-missing.
+costs the run at most the bounded wait, and it compiles what it does not find. Both are stopped before the first
+timed step, and when the run exits. The run's wait and the backward helper's shortcut replace two private
+functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are missing no helper starts, and
+tests/test_compile_helpers.py fails when their signatures change or the mechanism stops working end to end.
 """
 import atexit
 import contextlib
 import ctypes
-import dataclasses
 import gc
 import os
 import signal
@@ -36,14 +27,11 @@ import sys
 import tempfile
 import time
 
-from harness.cli import UserError
 from harness.launch import read_launch
 
 ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
 BACKWARD_WAIT_S = 180.0  # the run waits this long at most for the backward helper (a cold backward: 20-30 s)
 HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
-NVIDIA_DEVICE = "/dev/nvidiactl"  # where an NVIDIA GPU can work, before torch is there to ask
-_spawned: "CompileHelpers | None" = None  # spawn()'s, for attach()
 
 
 def role() -> str:
@@ -57,34 +45,14 @@ def wanted(settings) -> bool:
             and settings.device != "cpu")
 
 
-def spawn(settings, script: str, argv: list[str]):
-    """Before the run imports torch: the helpers, where they can help, on a machine with an NVIDIA GPU. In a helper:
-    from here on it dies with the run."""
-    global _spawned
-    if role():
-        if not die_with_run():
-            sys.exit(1)
-        return
-    if _spawned is None and wanted(settings) and os.path.exists(NVIDIA_DEVICE):
-        try:
-            world_size = read_launch().world_size
-        except UserError:  # a bad launch environment: main() refuses it, in its one line
-            return
-        _spawned = CompileHelpers(script, argv, world_size, bool(settings.emulate_world_size))
-
-
-def attach(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
-    """After the run's imports: spawn()'s helpers (else new ones), hooked to its backward compile; None, and any
-    spawned helpers stopped, where they cannot help (no CUDA, no hooks)."""
+def start(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
+    """The helpers of this run, hooked to its backward compile; None where they cannot help (not wanted, no CUDA,
+    no hooks)."""
     import torch
     from torch._functorch._aot_autograd import graph_compile
-    global _spawned
-    helpers, _spawned = _spawned, None
     if not (wanted(settings) and torch.cuda.is_available() and all(hasattr(graph_compile, h) for h in HOOKS)):
-        if helpers:
-            helpers.stop()
         return None
-    helpers = helpers or CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+    helpers = CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
     helpers.hook()
     return helpers
 
@@ -179,46 +147,31 @@ def collector_off():
         gc.enable()
 
 
-def serve(trainer) -> int:
-    """A helper's work (ROLE set): the run's first steps, as far as its role needs; it ends at once if the run has
-    already gone."""
+def serve(work) -> int:
+    """A helper's process (ROLE set): work(), the run's first steps as far as its role needs; it ends at once if the
+    run has already gone."""
     if not die_with_run():
         return 1
     gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
-    from torch._functorch._aot_autograd import graph_compile
-    trainer.remake_w8 = trainer.copy_fp8_weights  # eager: the run compiles that graph
-    if role() == "backward":
-        compile_backward = graph_compile._aot_stage2b_bw_compile
-
-        def compile_and_exit(*args, **kwargs):
-            compile_backward(*args, **kwargs)  # into the cache
-            os._exit(0)  # nothing here runs the model
-        graph_compile._aot_stage2b_fw_compile = lambda *args, **kwargs: (None, None)  # (output strides, forward)
-        graph_compile._aot_stage2b_bw_compile = compile_and_exit
-
-        def compile_micro_step(mb, sched):
-            trainer.forward_backward(mb, sched)  # with empty caches compile_and_exit ends the process in here
-            os._exit(0)  # warm caches: there was nothing to compile
-        trainer.micro_step = compile_micro_step
-    else:
+    if role() == "optimizer":
         os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
-        trainer.forward, trainer.micro_step = trainer.model, trainer.forward_backward  # eager, no CUDA graphs
-        compile_optimizer(trainer)
-    for step in (0, 1):
-        data = trainer.next_batches(step)
-        trainer.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
-    trainer.sync()
+        work()
+    else:
+        with backward_only():
+            work()
     return 0
 
 
-def compile_optimizer(trainer):
-    """The optimizer's graphs (NorMuon's on an even step, Adam's on an odd one) from zero gradients, before any
-    micro-step: a compile reads only the gradients' shapes, and the run needs these graphs right after its first
-    backward, while the eager micro-steps first build every Triton kernel the model calls."""
-    import torch
-    grads = trainer.model.gradients()
-    for name, p in trainer.model.named_parameters():
-        if grads[name] is None:  # as the first backward would leave it
-            p.grad = torch.zeros_like(p)
-    for step in (0, 1):
-        trainer.optimizer.step(*trainer.optimizer_args(step))
+@contextlib.contextmanager
+def backward_only():
+    """The backward helper's compile: the forward's Inductor compile skipped, the process ended once the backward is
+    compiled into the cache (nothing here runs the model). With warm caches nothing compiles and work() runs on."""
+    from torch._functorch._aot_autograd import graph_compile
+    compile_backward = graph_compile._aot_stage2b_bw_compile
+
+    def compile_and_exit(*args, **kwargs):
+        compile_backward(*args, **kwargs)
+        os._exit(0)
+    graph_compile._aot_stage2b_fw_compile = lambda *args, **kwargs: (None, None)  # (output strides, forward)
+    graph_compile._aot_stage2b_bw_compile = compile_and_exit
+    yield

@@ -1,14 +1,12 @@
 """The training loop's safety checks: a non-finite loss or gradient is caught without per-step host syncs, the
-failing step is captured (the state before it and its batches) for tools/replay.py, a signal stops the run at
-a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
-import os
+failing step is captured (by the trainer: the state before it and its batches) for tools/replay.py, a signal stops
+the run at a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
 import signal
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from harness.checkpoint import copy_tree, header, save_atomically
 from harness.cli import stderr_line
 from harness.launch import Watchdog, peer_failure
 
@@ -101,25 +99,25 @@ class Watch:
     Keeps two snapshots of the trainer's state: `good`, the state at the last check known finite, and `pending`,
     taken at the latest check and known finite once the next check reads the flags published with it. Validations
     wait for the device anyway, so they read the flags at once. On a non-finite value it saves `good` as a
-    checkpoint (if checkpoints are on), captures the failing step (capture_failure) and raises NonFiniteError.
+    checkpoint (if checkpoints are on), has the failing step captured and raises NonFiniteError.
 
-    trainer: snapshot(step, into), state(step), restore(snapshot), train_step(step, data), next_batches(step),
-    forward_schedule(step), guard (NonFiniteGuard), and rt, hp, model, optimizer, rotary_extensions for the capture.
+    snapshot(step, into): a copy of the trainer's state at `step` (into: an earlier snapshot's buffers, or None);
+    capture(good, bad_step, detected_at): rewinds to `good`, re-runs to the failing step, saves it, returns the path;
+    watchdog: several processes' Watchdog (harness/launch.py), which ends this one when the loop stops moving.
     """
 
-    def __init__(self, trainer, stop: StopRequest, checkpoints, log):
-        self.trainer, self.stop, self.checkpoints, self.log = trainer, stop, checkpoints, log
-        self.guard, self.every, self.distributed = trainer.guard, trainer.hp.guard_every, trainer.rt.distributed
-        self.watchdog = None  # several processes: ends this one when the loop stops moving (a peer died)
+    def __init__(self, guard: NonFiniteGuard, every: int, snapshot, capture, stop: StopRequest, checkpoints, log,
+                 watchdog: Watchdog | None):
+        self.guard, self.every, self.snapshot, self.capture = guard, every, snapshot, capture
+        self.stop, self.checkpoints, self.log, self.watchdog = stop, checkpoints, log, watchdog
+        self.distributed = guard.distributed
 
     def begin(self, start: int, lines):
         """lines: the StepLines, whose values the checks copy to the host as they go."""
         self.start, self.lines, self.pending = start, lines, None
-        self.good = self.trainer.snapshot(start) if self.every > 0 else None
+        self.good = self.snapshot(start, None) if self.every > 0 else None
         # ranks agree on a stop through the checks: without them, a signal stops at once (nothing saved)
         self.stop.in_loop = not (self.distributed and self.every == 0)
-        if self.distributed and self.watchdog is None:
-            self.watchdog = Watchdog(self.trainer.hp.dist_timeout, self.trainer.rt.rank, self.log)
 
     def end(self):
         self.stop.in_loop = False
@@ -149,46 +147,17 @@ class Watch:
                 nothing_timed = dict(train_ms=float("nan"), stage_ms={}, stage_start_ms=float("nan"))
                 path = self.checkpoints.save(self.good, nothing_timed)
                 self.log(f"checkpoint of step {self.good['step']}, the last known finite: {path}")
-            path = capture_failure(self.trainer, self.good, bad, step)
+            path = self.capture(self.good, bad, step)
             raise NonFiniteError(f"non-finite loss or gradient at step {bad} (noticed at step {step}); "
                                  f"capture of the state before it and its batch: {path} (one per rank). "
                                  f"Replay: python3 tools/replay.py {path}")
         if validate:  # everything so far is known finite
-            self.good, self.pending = self.trainer.snapshot(step, into=self.pending or self.good), None
+            self.good, self.pending = self.snapshot(step, self.pending or self.good), None
         else:
-            self.good, self.pending = (self.pending or self.good), self.trainer.snapshot(
-                step, into=self.good if self.pending else None)
+            self.good, self.pending = (self.pending or self.good), self.snapshot(
+                step, self.good if self.pending else None)
             self.guard.publish()
         return stop
-
-
-def capture_failure(trainer, good: dict, bad_step: int, detected_at: int) -> str:
-    """Rewind to the last good snapshot, re-run to the failing step, save a capture of the state before it with its
-    batches, then run it to see whether the failure reproduces. Returns the capture's path."""
-    trainer.restore(good)
-    for step in range(good["step"], bad_step):
-        trainer.train_step(step, trainer.next_batches(step))
-    trainer.set_rotary(bad_step)
-    data = trainer.next_batches(bad_step)
-    sched = trainer.forward_schedule(bad_step)
-    hp, rt = trainer.hp, trainer.rt
-    capture = dict(
-        header("capture", rt.rank, rt.world_size, trainer.checkpoints.data, hp),
-        step=bad_step, detected_at=detected_at, grad_accum_steps=rt.grad_accum_steps,
-        model=copy_tree(trainer.model.state_dict(), device="cpu"),  # copies: the step runs next
-        grads=copy_tree(trainer.model.gradients(), device="cpu"),
-        optimizer=copy_tree(trainer.optimizer.state_dict(), device="cpu"),
-        optimizer_args=trainer.optimizer_args(bad_step), rotary_extensions=list(trainer.rotary_extensions),
-        forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
-                     mtp_weights=sched.mtp_weights.tolist()),
-        batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
-                 for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
-    trainer.guard.reset()
-    trainer.train_step(bad_step, data)
-    capture["reproduced"] = trainer.guard.read()[0] == bad_step
-    path = os.path.join(hp.log_dir, f"{hp.run_id}_capture_rank{rt.rank}.pt")
-    save_atomically(capture, path)
-    return path
 
 
 def run_ending(e: BaseException) -> str | None:

@@ -628,8 +628,9 @@ def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
     assert f"Replay: python3 tools/replay.py {capture}" in r.stderr and capture.exists()
     assert "stopped: non-finite loss or gradient at step 5" in (tmp_path / "fault.txt").read_text()
     saved = torch.load(capture, weights_only=True)
-    assert saved["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
-    for name, w in saved["model"].items():
+    assert saved["state"]["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
+    assert saved["state"]["carried"] is not None  # an odd (Adam) step: the even step's gradients come with it
+    for name, w in saved["state"]["model"].items():
         assert torch.isfinite(w.float()).all(), f"captured weights must be from before the bad step ({name})"
     r = run_script([str(capture), "--device", "cpu"], script="tools/replay.py")
     # the injected fault makes the step's loss weights NaN: the first non-finite output is the loss's

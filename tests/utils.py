@@ -90,12 +90,13 @@ def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:
                       Attention("sdpa", "sdpa", "masked SDPA"))
 
 
-def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1) -> tg.Trainer:
-    """A Trainer of these settings in this process (data checked as main() does), logging nowhere."""
+def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1, helper: str = "") -> tg.Trainer:
+    """A Trainer of these settings in this process (data checked as main() does), logging nowhere; helper: as a
+    compile helper of that role builds it."""
     schedule = tg.Schedule(hp)
     rt = cpu_runtime(world_size)
     return tg.Trainer(hp, rt, schedule, tg.check_data(hp, schedule, rt.world_size),
-                      Logger(hp.log_dir, "test", is_master=False), StopRequest())
+                      Logger(hp.log_dir, "test", is_master=False), StopRequest(), helper=helper)
 
 
 def shard_index(hp: tg.Hyperparameters) -> dict:

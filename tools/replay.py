@@ -85,15 +85,18 @@ def replay(path: str, device: str) -> int:
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
     rt = tg.setup_runtime(saved)  # refuses with one line, e.g. --device cuda without a GPU
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
+    state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
+    step = state["step"]
     model = tg.build_model(saved, rt)
-    model.load_state_dict(capture["model"])
-    model.load_gradients(capture["grads"])
-    for old, new in capture["rotary_extensions"]:
+    model.load_state_dict(state["model"])
+    if state["carried"] is not None:  # an odd step's start: Adam's gradients of the even step before it
+        model.load_gradients(state["carried"]["grads"])
+    for old, new in schedule.rotary_extensions(step):
         model.extend_rotary(old, new)
     f = capture["forward"]
     sched = tg.ForwardSchedule(f["short_window"], f["long_window"], f["max_seq_len"],
                                torch.tensor(f["mtp_weights"], device=rt.device))
-    print(f"replaying step {capture['step']} of run {saved.run_id} (rank {capture['rank']} of "
+    print(f"replaying step {step} of run {saved.run_id} (rank {capture['rank']} of "
           f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
     found = False
     bad_weights = nonfinite(model.named_parameters())
@@ -114,8 +117,8 @@ def replay(path: str, device: str) -> int:
         found = True
     if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
         optimizer = tg.NorMuonAdam(model, saved, rt, compile=False)
-        optimizer.load_state_dict(capture["optimizer"])
-        optimizer.step(*capture["optimizer_args"])
+        optimizer.load_state_dict(state["optimizer"])
+        optimizer.step(*schedule.at(step).optimizer_args)
         bad_params = nonfinite(model.named_parameters())
         if bad_params:
             print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")

@@ -73,6 +73,22 @@ def test_parse_args_errors(argv, message):
         settings(argv)
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_cpu_runs_keep_freed_memory(keep):
+    """keep_freed_memory (main() on the CPU): memory a freed 64 MB block held serves the next 32 MB block, which
+    glibc's malloc otherwise maps afresh from the kernel, at a page fault per 4 KB."""
+    code = ("import resource, sys, torch, train_gpt\n"
+            "if sys.argv[1] == 'True': train_gpt.keep_freed_memory()\n"
+            "torch.ones(1 << 24)\n"  # 64 MB, written and freed
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "torch.ones(1 << 23)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)")
+    r = subprocess.run([sys.executable, "-c", code, str(keep)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    faults = int(r.stdout)
+    assert (faults < 100) if keep else (faults > 8000), faults
+
+
 def test_attention_choices_are_the_kernels_table():
     """validate() checks --attention before torch loads, against its own list: it must be the kernels' table."""
     assert tg.ATTENTION == tuple(ATTENTION_CHOICES)

@@ -44,6 +44,7 @@ class Hyperparameters:
     val_tokens: int = 10_485_760  # fixed so that val losses compare across runs
     vocab_size: int = 50257  # GPT-2; padded to a multiple of 128 in the model
     bos_id: int = 50256  # document separator that starts every document
+    max_doc_tokens: int = 0  # a longer document is read as pieces of this many tokens (0: whole, cut at the stage's length)
     # schedule (in optimizer steps)
     num_scheduled_steps: int = 1450  # steps over which the lr, window and batch schedules run
     num_extension_steps: int = 40  # extra steps at the final lr and longer windows
@@ -1051,7 +1052,8 @@ class MicroBatch:
 
 
 class IndexedShard:
-    """A shard's tokens with the position of every BOS (scanned and checked before the run: check_data)."""
+    """A shard's tokens with the start of every sequence, `bos`: its BOS positions, or with --max_doc_tokens those of
+    its documents' pieces (indexed and checked before the run: check_data)."""
 
     def __init__(self, path: Path, bos: np.ndarray):
         self.path, self.bos = path, bos
@@ -1113,16 +1115,16 @@ SHARD_LOADER = ThreadPoolExecutor(max_workers=2)  # two: a rewound loader's firs
 
 class TrainLoader:
     """Each step cuts MICRO_BATCHES micro-batches from the token stream, each T+1 tokens of whole-document starts:
-    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
-    document is skipped). The micro-batches of a step come from one shard: when it cannot supply all of
-    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
-    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    every sequence begins at a BOS (or, with --max_doc_tokens, at a piece of a longer document) and is cut at the
+    stage's max sequence length (the rest of that document is skipped). The micro-batches of a step come from one
+    shard: when it cannot supply all of them, the whole step comes from the start of the next shard and the old
+    shard's tail is skipped (the reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
     every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
 
     def __init__(self, index: dict[Path, np.ndarray], hp: Hyperparameters, rank: int, world_size: int,
                  device: torch.device, bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
                  track_bigram_rows: bool = False):
-        """index: the train shards in order, with their BOS positions (check_data)."""
+        """index: the train shards in order, with their sequence starts (check_data)."""
         self.files, self.index = list(index), index
         self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
         self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
@@ -1205,62 +1207,88 @@ class ValData:
 
 @dataclass
 class CheckedData:
-    train: dict[Path, np.ndarray]  # the train shards in order, with their BOS positions (the loader's index)
+    train: dict[Path, np.ndarray]  # the train shards in order, with their sequence starts (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
     fingerprint: str  # of both sets: checkpoints and captures name the data they were cut from
     report: str  # for the log
 
 
-def cover(schedule: "Schedule", bos: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
-    """The loader's cuts run over the shards' BOS positions alone: (steps the shards cover, the shard the last one
+def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
+    """The sequence starts in a shard of `size` tokens whose documents start at `bos` when each document is read as
+    consecutive pieces of max_tokens tokens (the last one shorter): a piece after the first starts without a BOS."""
+    pieces = -(-np.diff(np.append(bos, size)) // max_tokens)  # per document
+    index_in_document = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    return np.repeat(bos, pieces) + max_tokens * index_in_document
+
+
+def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int]]:
+    """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
+    ({path: sequence starts}, sizes). The starts are the BOS positions; with --max_doc_tokens, those of the pieces."""
+    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    sizes = [read_header(f) for f in index]
+    if hp.max_doc_tokens:
+        index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
+    return index, sizes
+
+
+def cover(schedule: "Schedule", starts: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
+    """The loader's cuts run over the shards' sequence starts alone: (steps the shards cover, the shard the last one
     comes from, tokens taken)."""
     shard, doc, taken = 0, 0, 0
     for step in range(schedule.total_steps):
         settings = schedule.at(step)
-        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
+        while (cut := cut_micro_batches(starts[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
                                         settings.seq_len)) is None:
             shard, doc = shard + 1, 0
-            if shard == len(bos):
+            if shard == len(starts):
                 return step, shard - 1, taken
         doc = cut[1]
         taken += MICRO_BATCHES * (settings.micro_batch_tokens + 1)
     return schedule.total_steps, shard, taken
 
 
+def longest_schedule(hp: Hyperparameters, starts: list[np.ndarray], sizes: list[int]) -> int | None:
+    """The longest num_scheduled_steps, at most hp's, whose steps the shards cover (cover()); None if not even one
+    step per stage is covered."""
+    def covers(n: int) -> bool:
+        schedule = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
+        return cover(schedule, starts, sizes)[0] == schedule.total_steps
+    if covers(hp.num_scheduled_steps):
+        return hp.num_scheduled_steps
+    fits, too_many = Schedule.NUM_STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
+    while too_many - fits > 1:
+        mid = (fits + too_many) // 2
+        fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
+    return fits if fits >= Schedule.NUM_STAGES else None
+
+
 def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> CheckedData:
-    """Before anything is built: every train shard's header and token ids (memory-mapped, in parallel), the
-    validation tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over
-    the BOS positions alone."""
+    """Before anything is built: every train shard's header and token ids (index_train_shards), the validation
+    tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over the sequence
+    starts alone."""
     per_step = hp.val_micro_batch_tokens * world_size
     if hp.val_tokens % per_step:
         raise DataError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
                         f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
-    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    index, sizes = index_train_shards(hp)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
-    files, bos = list(index), list(index.values())
-    sizes = [read_header(f) for f in files]
-    covered, shard, taken = cover(schedule, bos, sizes)
+    files, starts = list(index), list(index.values())
+    covered, shard, taken = cover(schedule, starts, sizes)
     if covered < schedule.total_steps:
-        def covers(n: int) -> bool:
-            shorter = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
-            return cover(shorter, bos, sizes)[0] == shorter.total_steps
-        fits, too_many = Schedule.NUM_STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
-        while too_many - fits > 1:
-            mid = (fits + too_many) // 2
-            fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
-        fits = fits if fits >= Schedule.NUM_STAGES else None
-        lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(bos, sizes)])  # documents, shard by shard
+        fits = longest_schedule(hp, starts, sizes)
+        lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(starts, sizes)])  # sequences, by shard
         longest = max(hp.stage_seq_lens)
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
-                     f"of at most {longest} tokens, the rest skipped: split them when tokenizing "
-                     f"(data/tokenize_text.py --max_doc_tokens {longest})" if np.median(lengths) > 2 * longest else "")
+                     f"of at most {longest} tokens, the rest skipped: read them in pieces with --max_doc_tokens "
+                     f"{longest}" if np.median(lengths) > 2 * longest else "")
         raise DataError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
                         f"{covered} of the schedule's {schedule.total_steps} steps{long_docs}; add data, or shorten the "
                         "schedule: " + (f"--num_scheduled_steps {fits} fits" if fits else
                                         "no --num_scheduled_steps fits with these --micro_batch_tokens"))
+    pieces = f"read in pieces of {hp.max_doc_tokens} tokens, " if hp.max_doc_tokens else ""
     report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
-              f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
-              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
+              f"take {taken:,} of them (documents {pieces}cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and "
+              f"end in shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
               f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
     return CheckedData(index, val_files, fingerprint([*files, *val_files]), report)
 
@@ -1673,6 +1701,26 @@ def main(argv: list[str] | None = None) -> int:
         if rt.distributed:
             dist.destroy_process_group()
     return 0
+
+
+def fit_schedule(argv: list[str]):
+    """run.sh's plan for a CPU run on your shards: print the longest num_scheduled_steps, at most the settings' own,
+    whose steps the train shards cover (cover()), and what those steps take, in one line that starts with the number.
+    Exits with status 0, or 1 and one `error:` line: a bad setting or shard, or shards that cover not even one step
+    per stage (check_data's refusal, which says what to change)."""
+    def plan() -> int:
+        hp = parse_args(argv, Hyperparameters, validate)[0]
+        index, sizes = index_train_shards(hp)
+        starts = list(index.values())
+        if (steps := longest_schedule(hp, starts, sizes)) is None:
+            check_data(hp, Schedule(hp), world_size=1)  # raises: the shards cover less than the schedule
+        taken, total = cover(Schedule(dataclasses.replace(hp, num_scheduled_steps=steps)), starts, sizes)[2], sum(sizes)
+        asked = "" if steps == hp.num_scheduled_steps else f"; {hp.num_scheduled_steps} asked"
+        pieces = f"; documents read in pieces of {hp.max_doc_tokens} tokens" if hp.max_doc_tokens else ""
+        print(f"{steps} scheduled steps (+ {hp.num_extension_steps}{asked}) fit the train shards: they take {taken:,} "
+              f"of their {total:,} tokens ({taken / total:.0%}{pieces})")
+        return 0
+    exit_with_one_line(plan)
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def check_settings(hp, micro_batches: int, gate_channels: int, attention: tuple)
     need(0.0 < hp.untie_frac <= 1.0, f"--untie_frac {hp.untie_frac} must be in (0, 1]")
     positive_ints("micro_batch_tokens", 3)
     positive_ints("stage_seq_lens", 3)
-    need(all(s <= t for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),
-         f"--stage_seq_lens {hp.stage_seq_lens!r} may not exceed --micro_batch_tokens {hp.micro_batch_tokens!r}")
+    need(all(s <= t + 1 for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),  # + 1: the last target
+         f"--stage_seq_lens {hp.stage_seq_lens!r} may exceed --micro_batch_tokens {hp.micro_batch_tokens!r} by one "
+         "token at most (a micro-batch reads one token more than its size, the last target)")
     need(len(hp.stage_lr_muls) == 3 and all(0 < m <= 100 for m in hp.stage_lr_muls),
          f"--stage_lr_muls {hp.stage_lr_muls!r} needs 3 multipliers in (0, 100], e.g. (1.0, 1.52, 1.73)")
     windows = hp.stage_windows
@@ -157,7 +158,7 @@ def check_settings(hp, micro_batches: int, gate_channels: int, attention: tuple)
     need(hp.muon_momentum_min <= hp.muon_momentum_max, "--muon_momentum_min may not exceed --muon_momentum_max")
     for name in ("muon_momentum_warmup_steps", "muon_momentum_cooldown_steps"):
         need(getattr(hp, name) >= 1, f"--{name} {getattr(hp, name)} must be at least 1")
-    for name in ("val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
+    for name in ("max_doc_tokens", "val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or micro_batches % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {micro_batches}: 1, 2, 4 or 8")

@@ -120,6 +120,13 @@ done
 
 # torch counts the GPUs it can use (honours CUDA_VISIBLE_DEVICES; 0 with a CPU-only build).
 NGPU=$("$PY" -c 'import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); import torch; print(torch.cuda.device_count())')
+# Without a GPU, OpenMP's threads sleep when they wait for each other rather than spin: on cores that other programs
+# use too, a spinning thread holds its core while the one it waits for has none, and each of a step's parallel
+# operations waits for a time slice (a step of the CPU model on your shards: 11-24 s, against 1.8 s with this, on 2
+# cores under a load of 3). Only the waiting changes, not the results. An OMP_WAIT_POLICY of yours is kept.
+if (( NGPU == 0 )); then
+    export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+fi
 if (( NGPU > 0 )); then
     ALL_ARGS=("$@")
 elif (( OWN_DATA )); then

@@ -127,6 +127,7 @@ if "--help" in sys.argv:
     print("stub help"); sys.exit(0)
 if sys.argv[-1] == "--check":
     Path("check_args.json").write_text(json.dumps(sys.argv[1:]))
+    Path("check_omp_wait_policy").write_text(os.environ.get("OMP_WAIT_POLICY", "unset"))
     if "--bad" in sys.argv:
         print("error: --bad is bad", file=sys.stderr); sys.exit(2)
     print("settings OK"); sys.exit(0)
@@ -355,6 +356,16 @@ def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
     line = " ".join(argv)
     assert "--vocab_size 256 --bos_id 255" in line and "--train_files data/synthetic/synthetic_train_*.bin" in line
     assert json.loads((repo_copy / "check_args.json").read_text()) == train_args(argv) + ["--check"]
+
+
+@pytest.mark.parametrize("gpus, env, policy", [("0", {}, "PASSIVE"), ("0", {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
+                                              ("2", {}, "unset")])
+def test_run_sh_cpu_threads_sleep_while_they_wait(repo_copy, shim, monkeypatch, gpus, env, policy):
+    """Without a GPU, OpenMP's waiting threads sleep (unless you chose otherwise): spinning ones stall on busy cores."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_NGPU=gpus, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (repo_copy / "check_omp_wait_policy").read_text() == policy
 
 
 def test_run_sh_printed_command_pastes_back_to_the_same_arguments(repo_copy, shim, tmp_path):

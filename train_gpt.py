@@ -12,6 +12,7 @@ log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparam
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
 import contextlib
+import ctypes
 import dataclasses
 import math
 import os
@@ -48,6 +49,7 @@ class Hyperparameters:
     val_tokens: int = 10_485_760  # fixed so that val losses compare across runs
     vocab_size: int = 50257  # GPT-2; padded to a multiple of 128 in the model
     bos_id: int = 50256  # document separator that starts every document
+    max_doc_tokens: int = 0  # a longer document is read as pieces of this many tokens (0: whole, cut at the stage's length)
     # schedule (in optimizer steps)
     num_scheduled_steps: int = 1450  # steps over which the lr, window and batch schedules run
     num_extension_steps: int = 40  # extra steps at the final lr and longer windows
@@ -129,8 +131,9 @@ def validate(hp: Hyperparameters):
     need(0.0 < hp.untie_frac <= 1.0, f"--untie_frac {hp.untie_frac} must be in (0, 1]")
     positive_ints("micro_batch_tokens", STAGES)
     positive_ints("stage_seq_lens", STAGES)
-    need(all(s <= t for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),
-         f"--stage_seq_lens {hp.stage_seq_lens!r} may not exceed --micro_batch_tokens {hp.micro_batch_tokens!r}")
+    need(all(s <= t + 1 for s, t in zip(hp.stage_seq_lens, hp.micro_batch_tokens)),  # + 1: the last target
+         f"--stage_seq_lens {hp.stage_seq_lens!r} may exceed --micro_batch_tokens {hp.micro_batch_tokens!r} by one "
+         "token at most (a micro-batch reads one token more than its size, the last target)")
     need(len(hp.stage_lr_muls) == STAGES and all(0 < m <= 100 for m in hp.stage_lr_muls),
          f"--stage_lr_muls {hp.stage_lr_muls!r} needs {STAGES} multipliers in (0, 100], e.g. (1.0, 1.52, 1.73)")
     windows = hp.stage_windows
@@ -171,7 +174,7 @@ def validate(hp: Hyperparameters):
     need(hp.muon_momentum_min <= hp.muon_momentum_max, "--muon_momentum_min may not exceed --muon_momentum_max")
     for name in ("muon_momentum_warmup_steps", "muon_momentum_cooldown_steps"):
         need(getattr(hp, name) >= 1, f"--{name} {getattr(hp, name)} must be at least 1")
-    for name in ("val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
+    for name in ("max_doc_tokens", "val_every", "guard_every", "checkpoint_every", "emulate_world_size"):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
@@ -242,6 +245,19 @@ def torch_settings():
     with (torch._dynamo.config.patch(dynamo), torch._inductor.config.patch(inductor),
           torch._functorch.config.patch(functorch)):
         yield
+
+
+def keep_freed_memory():
+    """CPU runs: malloc keeps freed memory for reuse. glibc's maps each block above 32 MB fresh from the kernel and
+    unmaps it when freed, so every LM-head tensor of a micro-batch (38 MB at 383 tokens of the GPT-2 vocabulary) and
+    every table-sized temporary of the Adam step is paid for again in page faults: a last-stage step of run.sh's
+    CPU model on your shards took 2.7 s of CPU time, 1.5 s with this (one core; its Adam step 1.1 s, 0.27 s). No
+    values change. A C library without mallopt keeps its ways."""
+    libc = ctypes.CDLL(None)
+    if hasattr(libc, "mallopt"):
+        M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # malloc.h: the heap's free top is kept below this; blocks mmap'd at most
+        libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+        libc.mallopt(M_MMAP_MAX, 0)
 
 
 # -----------------------------------------------------------------------------
@@ -1123,7 +1139,8 @@ class MicroBatch:
 
 
 class IndexedShard:
-    """A shard's tokens with the position of every BOS (scanned and checked before the run: check_data)."""
+    """A shard's tokens with the start of every sequence, `bos`: its BOS positions, or with --max_doc_tokens those of
+    its documents' pieces (indexed and checked before the run: check_data)."""
 
     def __init__(self, path: Path, bos: np.ndarray):
         self.path, self.bos = path, bos
@@ -1185,16 +1202,16 @@ SHARD_LOADER = ThreadPoolExecutor(max_workers=2)  # two: a rewound loader's firs
 
 class TrainLoader:
     """Each step cuts MICRO_BATCHES micro-batches from the token stream, each T+1 tokens of whole-document starts:
-    every sequence begins at a BOS and is cut at the stage's max sequence length (the rest of that
-    document is skipped). The micro-batches of a step come from one shard: when it cannot supply all of
-    them, the whole step comes from the start of the next shard and the old shard's tail is skipped (the
-    reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
+    every sequence begins at a BOS (or, with --max_doc_tokens, at a piece of a longer document) and is cut at the
+    stage's max sequence length (the rest of that document is skipped). The micro-batches of a step come from one
+    shard: when it cannot supply all of them, the whole step comes from the start of the next shard and the old
+    shard's tail is skipped (the reference's rule on 8 GPUs). Micro-batch s goes to rank s % world_size, so ranks see disjoint data and
     every world size trains on the batches of 8 GPUs. The next shard loads in a background thread."""
 
     def __init__(self, index: dict[Path, np.ndarray], hp: Hyperparameters, rank: int, world_size: int,
                  device: torch.device, bigram_rows: int, capacity: CuSeqlensCapacity, start: tuple[int, int] = (0, 0),
                  track_bigram_rows: bool = False):
-        """index: the train shards in order, with their BOS positions (check_data)."""
+        """index: the train shards in order, with their sequence starts (check_data)."""
         self.files, self.index = list(index), index
         self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
         self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
@@ -1277,62 +1294,88 @@ class ValData:
 
 @dataclass
 class CheckedData:
-    train: dict[Path, np.ndarray]  # the train shards in order, with their BOS positions (the loader's index)
+    train: dict[Path, np.ndarray]  # the train shards in order, with their sequence starts (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
     fingerprint: str  # of both sets: checkpoints and captures name the data they were cut from
     report: str  # for the log
 
 
-def cover(schedule: "Schedule", bos: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
-    """The loader's cuts run over the shards' BOS positions alone: (steps the shards cover, the shard the last one
+def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
+    """The sequence starts in a shard of `size` tokens whose documents start at `bos` when each document is read as
+    consecutive pieces of max_tokens tokens (the last one shorter): a piece after the first starts without a BOS."""
+    pieces = -(-np.diff(np.append(bos, size)) // max_tokens)  # per document
+    index_in_document = np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    return np.repeat(bos, pieces) + max_tokens * index_in_document
+
+
+def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int]]:
+    """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
+    ({path: sequence starts}, sizes). The starts are the BOS positions; with --max_doc_tokens, those of the pieces."""
+    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    sizes = [read_header(f) for f in index]
+    if hp.max_doc_tokens:
+        index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
+    return index, sizes
+
+
+def cover(schedule: "Schedule", starts: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
+    """The loader's cuts run over the shards' sequence starts alone: (steps the shards cover, the shard the last one
     comes from, tokens taken)."""
     shard, doc, taken = 0, 0, 0
     for step in range(schedule.total_steps):
         settings = schedule.at(step)
-        while (cut := cut_micro_batches(bos[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
+        while (cut := cut_micro_batches(starts[shard], sizes[shard], doc, settings.micro_batch_tokens + 1,
                                         settings.seq_len)) is None:
             shard, doc = shard + 1, 0
-            if shard == len(bos):
+            if shard == len(starts):
                 return step, shard - 1, taken
         doc = cut[1]
         taken += MICRO_BATCHES * (settings.micro_batch_tokens + 1)
     return schedule.total_steps, shard, taken
 
 
+def longest_schedule(hp: Hyperparameters, starts: list[np.ndarray], sizes: list[int]) -> int | None:
+    """The longest num_scheduled_steps, at most hp's, whose steps the shards cover (cover()); None if not even one
+    step per stage is covered."""
+    def covers(n: int) -> bool:
+        schedule = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
+        return cover(schedule, starts, sizes)[0] == schedule.total_steps
+    if covers(hp.num_scheduled_steps):
+        return hp.num_scheduled_steps
+    fits, too_many = STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
+    while too_many - fits > 1:
+        mid = (fits + too_many) // 2
+        fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
+    return fits if fits >= STAGES else None
+
+
 def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> CheckedData:
-    """Before anything is built: every train shard's header and token ids (memory-mapped, in parallel), the
-    validation tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over
-    the BOS positions alone."""
+    """Before anything is built: every train shard's header and token ids (index_train_shards), the validation
+    tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over the sequence
+    starts alone."""
     per_step = hp.val_micro_batch_tokens * world_size
     if hp.val_tokens % per_step:
         raise UserError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
                         f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
-    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    index, sizes = index_train_shards(hp)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
-    files, bos = list(index), list(index.values())
-    sizes = [read_header(f) for f in files]
-    covered, shard, taken = cover(schedule, bos, sizes)
+    files, starts = list(index), list(index.values())
+    covered, shard, taken = cover(schedule, starts, sizes)
     if covered < schedule.total_steps:
-        def covers(n: int) -> bool:
-            shorter = Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
-            return cover(shorter, bos, sizes)[0] == shorter.total_steps
-        fits, too_many = STAGES - 1, hp.num_scheduled_steps  # a longer schedule takes more: bisect
-        while too_many - fits > 1:
-            mid = (fits + too_many) // 2
-            fits, too_many = (mid, too_many) if covers(mid) else (fits, mid)
-        fits = fits if fits >= STAGES else None
-        lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(bos, sizes)])  # documents, shard by shard
+        fits = longest_schedule(hp, starts, sizes)
+        lengths = np.concatenate([np.diff(np.append(b, n)) for b, n in zip(starts, sizes)])  # sequences, by shard
         longest = max(hp.stage_seq_lens)
         long_docs = (f"; the documents are long (median {int(np.median(lengths)):,} tokens) and each gives one sequence "
-                     f"of at most {longest} tokens, the rest skipped: split them when tokenizing "
-                     f"(data/tokenize_text.py --max_doc_tokens {longest})" if np.median(lengths) > 2 * longest else "")
+                     f"of at most {longest} tokens, the rest skipped: read them in pieces with --max_doc_tokens "
+                     f"{longest}" if np.median(lengths) > 2 * longest else "")
         raise UserError(f"the {len(files)} train shard(s) matching {hp.train_files!r} ({sum(sizes):,} tokens) cover "
                         f"{covered} of the schedule's {schedule.total_steps} steps{long_docs}; add data, or shorten the "
                         "schedule: " + (f"--num_scheduled_steps {fits} fits" if fits else
                                         "no --num_scheduled_steps fits with these --micro_batch_tokens"))
+    pieces = f"read in pieces of {hp.max_doc_tokens} tokens, " if hp.max_doc_tokens else ""
     report = (f"data: {len(files)} train shard(s), {sum(sizes):,} tokens; the schedule's {schedule.total_steps} steps "
-              f"take {taken:,} of them (documents cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and end in "
-              f"shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
+              f"take {taken:,} of them (documents {pieces}cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and "
+              f"end in shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
               f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
     return CheckedData(index, val_files, fingerprint([*files, *val_files]), report)
 
@@ -1756,6 +1799,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
     helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU: their imports overlap the run's
     rt = setup_runtime(hp)
+    if rt.device.type == "cpu":
+        keep_freed_memory()
     if role := compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling
         schedule = Schedule(hp)
         trainer = Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
@@ -1799,6 +1844,25 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if rt.distributed:
             dist.destroy_process_group()
+    return 0
+
+
+@program
+def fit_schedule(argv: list[str]) -> int:
+    """run.sh's plan for a CPU run on your shards: print the longest num_scheduled_steps, at most the settings' own,
+    whose steps the train shards cover (cover()), and what those steps take, in one line that starts with the number.
+    Returns 0, or exits with status 1 and one `error:` line: a bad setting or shard, or shards that cover not even one
+    step per stage (check_data's refusal, which says what to change)."""
+    hp = parse_args(argv, Hyperparameters, validate)[0]
+    index, sizes = index_train_shards(hp)
+    starts = list(index.values())
+    if (steps := longest_schedule(hp, starts, sizes)) is None:
+        check_data(hp, Schedule(hp), world_size=1)  # raises: the shards cover less than the schedule
+    taken, total = cover(Schedule(dataclasses.replace(hp, num_scheduled_steps=steps)), starts, sizes)[2], sum(sizes)
+    asked = "" if steps == hp.num_scheduled_steps else f"; {hp.num_scheduled_steps} asked"
+    pieces = f"; documents read in pieces of {hp.max_doc_tokens} tokens" if hp.max_doc_tokens else ""
+    print(f"{steps} scheduled steps (+ {hp.num_extension_steps}{asked}) fit the train shards: they take {taken:,} "
+          f"of their {total:,} tokens ({taken / total:.0%}{pieces})")
     return 0
 
 

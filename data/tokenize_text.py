@@ -10,9 +10,10 @@ Input must be UTF-8. If tokenizing fails or is interrupted, the shards and folde
 removed again.
 
 Documents longer than --max_doc_tokens N tokens (separator included) are split into several documents of at
-most N tokens, each starting with the separator. The trainer cuts every document at the stage's sequence
-length (--stage_seq_lens) and skips the rest, so a corpus of long documents feeds a CPU run (cut at 128
-tokens) little of its text: this tool warns when that is most of it. The default splits nothing.
+most N tokens, each starting with the separator; 0 splits nothing. The default, 2048, is the longest sequence the
+recipe trains on: its loader cuts every document at the stage's length (train_gpt.py --stage_seq_lens, at most
+2048) and skips the rest, so the tail of a longer document would never be read. A CPU run of run.sh reads
+documents in pieces of its own, shorter length (train_gpt.py --max_doc_tokens 128): the same shards serve both.
 
 Output, in --out: <prefix>_val_000000.bin with the first whole documents, at least --val_tokens + 1
 tokens (the +1 is the target of the last position; none when --val_tokens is 0), then
@@ -24,7 +25,7 @@ Offline, tiktoken needs its GPT-2 BPE files in a folder named by TIKTOKEN_CACHE_
 network access caches them).
 
     python3 data/tokenize_text.py corpus.jsonl --out data/mytext --prefix mytext --val_tokens 1_048_576
-    python3 data/tokenize_text.py corpus.jsonl --out data/cpu --prefix cpu --val_tokens 8192 --max_doc_tokens 128
+    python3 data/tokenize_text.py corpus.jsonl --out data/cpu --prefix cpu --val_tokens 8192   # for run.sh on the CPU
 """
 import argparse
 import json
@@ -49,7 +50,7 @@ from harness.files import check_output_folder, make_output_folder  # noqa: E402
 
 INPUT_SUFFIXES = (".jsonl", ".txt")
 PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-CPU_SEQ_LEN = 128  # where a CPU run cuts documents: run.sh's CPU flags, --stage_seq_lens (64, 128, 128)
+RECIPE_SEQ_LEN = 2048  # the longest of train_gpt.py's --stage_seq_lens: the recipe reads no document past it
 
 
 def input_files(inputs) -> list[Path]:
@@ -127,18 +128,19 @@ def load_gpt2() -> tiktoken.Encoding:
                         "BPE files, or run once with network access to cache them") from None
 
 
-def split_document(tokens: np.ndarray, max_tokens: int | None) -> list[np.ndarray]:
-    """A document (separator first) as documents of at most max_tokens tokens, each starting with the separator."""
-    if max_tokens is None or len(tokens) <= max_tokens:
+def split_document(tokens: np.ndarray, max_tokens: int) -> list[np.ndarray]:
+    """A document (separator first) as documents of at most max_tokens tokens (0: any), each starting with the
+    separator."""
+    if not max_tokens or len(tokens) <= max_tokens:
         return [tokens]
     body, step = tokens[1:], max_tokens - 1
     return [np.concatenate([tokens[:1], body[i:i + step]]) for i in range(0, len(body), step)]
 
 
-_encoding, _max_doc_tokens = None, None  # one per worker process
+_encoding, _max_doc_tokens = None, 0  # one per worker process
 
 
-def _init_worker(encoding: tiktoken.Encoding, max_doc_tokens: int | None):
+def _init_worker(encoding: tiktoken.Encoding, max_doc_tokens: int):
     global _encoding, _max_doc_tokens
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: no traceback per worker
     _encoding = encoding  # gpt2 pickles by name: the worker looks it up in tiktoken's registry or cache
@@ -151,14 +153,14 @@ def _encode(text: str) -> list[np.ndarray]:
 
 
 def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_field="text", line_docs=False,
-             workers=None, chunksize=64, verbose=False, encoding=None, max_doc_tokens=None) -> list[Path]:
+             workers=None, chunksize=64, verbose=False, encoding=None, max_doc_tokens=RECIPE_SEQ_LEN) -> list[Path]:
     """Tokenize the documents of `inputs` into shards in `out`; return the shard paths in order.
 
     `encoding` is a tiktoken.Encoding whose <|endoftext|> token (eot_token) starts every document;
-    the default is GPT-2's. max_doc_tokens: split longer documents (None: never).
+    the default is GPT-2's. max_doc_tokens: split longer documents (0: never).
     """
-    if shard_tokens < 1 or val_tokens < 0:
-        raise ValueError("shard_tokens must be >= 1 and val_tokens >= 0")
+    if shard_tokens < 1 or val_tokens < 0 or max_doc_tokens == 1 or max_doc_tokens < 0:
+        raise ValueError("shard_tokens must be >= 1, val_tokens >= 0 and max_doc_tokens 0 or >= 2")
     if not PLAIN_NAME.fullmatch(prefix):  # a '/' or '..' would write outside --out
         raise UserError(f"--prefix {prefix!r} must be a plain file name (letters, digits, '.', '_', '-'); "
                         "--out sets the folder")
@@ -184,15 +186,13 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
     val_docs, val_size = [], 0  # whole documents, so that no document is split between val and train
     writing_val = val_tokens > 0
     buffer, filled, train_index = np.empty(shard_tokens, dtype=np.uint16), 0, 1
-    num_docs = total = skipped = long_docs = 0  # skipped: tokens past a CPU run's cut
+    num_docs = total = 0
     with _removed_on_failure(out, paths), Pool(workers, initializer=_init_worker,
                                                initargs=(encoding, max_doc_tokens)) as pool:
         # imap keeps input order, so the shards are the same for any number of workers
         for doc in chain.from_iterable(pool.imap(_encode, read_documents(files, text_field, line_docs),
                                                  chunksize=chunksize)):
             num_docs, total = num_docs + 1, total + len(doc)
-            skipped += max(0, len(doc) - CPU_SEQ_LEN)
-            long_docs += len(doc) > CPU_SEQ_LEN
             if writing_val:
                 val_docs.append(doc)
                 val_size += len(doc)
@@ -216,12 +216,6 @@ def tokenize(inputs, out, prefix, shard_tokens=100_000_000, val_tokens=0, text_f
                             "lower --val_tokens or add text")
         if filled:
             write(f"{prefix}_train_{train_index:06d}.bin", buffer[:filled])
-    if max_doc_tokens is None and 2 * skipped > total:
-        print(f"warning: {long_docs:,} of the {num_docs:,} documents are longer than {CPU_SEQ_LEN} tokens, and "
-              f"{skipped / total:.0%} of the tokens lie past that: a CPU run (run.sh's --stage_seq_lens, at most "
-              f"{CPU_SEQ_LEN}) trains on each document's first {CPU_SEQ_LEN} tokens only and skips the rest. For a "
-              f"CPU run, tokenize again with --max_doc_tokens {CPU_SEQ_LEN} to split them into documents that fit",
-              file=sys.stderr, flush=True)
     return paths
 
 
@@ -256,13 +250,15 @@ def main(argv=None):
                         help="tokens for the val shard; 0 writes none (default: %(default)s)")
     parser.add_argument("--text_field", default="text", help="JSON field holding a .jsonl document (default: %(default)s)")
     parser.add_argument("--line_docs", action="store_true", help="in .txt files, each non-empty line is a document")
-    parser.add_argument("--max_doc_tokens", type=cli.whole(2), default=None,
-                        help="split documents longer than this many tokens (separator included) into several; "
-                             f"{CPU_SEQ_LEN} fits a CPU run (default: no split)")
+    parser.add_argument("--max_doc_tokens", type=cli.whole(0), default=RECIPE_SEQ_LEN,
+                        help="split documents longer than this many tokens (separator included) into several; 0: "
+                             "never (default: %(default)s, the longest sequence the recipe trains on)")
     cores = os.cpu_count() or 1
     parser.add_argument("--workers", type=cli.whole(1, cores), default=cores,
                         help="tokenizer processes, at most one per core (default: %(default)s)")
     args = parser.parse_args(argv)
+    if args.max_doc_tokens == 1:
+        parser.error("--max_doc_tokens 1 leaves no room for text after the separator; give 0 (never split) or 2 or more")
     paths = tokenize(args.inputs, args.out, args.prefix, args.shard_tokens, args.val_tokens, args.text_field,
                      args.line_docs, args.workers, verbose=True, max_doc_tokens=args.max_doc_tokens)
     print(f"{len(paths)} shards written to {args.out}")

@@ -316,13 +316,64 @@ def softcapped_ce_reference(logits, targets, mtp_weights, A, B, C, grad_scale=1.
 
 
 # -----------------------------------------------------------------------------
-# Public op: CUDA -> Triton, CPU -> reference
+# CPU: the reference's operations, a block of rows at a time
+
+CPU_BLOCK_ROWS = 16  # fp32 temporaries of 16 rows: 3.2 MB at the GPT-2 vocabulary, in cache
+
+
+def cpu_row_blocks(n_rows: int) -> list[tuple[int, int]]:
+    """[start, end) blocks of CPU_BLOCK_ROWS rows, none of one row unless n_rows is 1 (a last row joins the block
+    before it): ATen splits a single row's logsumexp across threads, which changes its last bits, while each row of
+    a larger block is summed by one thread, in one order, whatever the block."""
+    bounds = [*range(0, n_rows, CPU_BLOCK_ROWS), n_rows]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] == 1:
+        del bounds[-2]
+    return list(zip(bounds, bounds[1:]))
+
+
+def softcapped_ce_cpu(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16):
+    """softcapped_ce_reference's losses and gradient bit for bit, in about half its time at a training micro-batch of
+    the GPT-2 vocabulary (384 x 50304 bf16 logits, K=3, one core: 78 against 140 ms). Every element goes through the
+    same operations in the same order; what changes is where: after the soft cap, row blocks instead of (N, V)
+    temporaries that each pass streams through memory; the soft cap computed once (the reference computes it twice,
+    the same values); in-place updates. The soft cap's sigmoid runs over the whole (N, V) at once, as in the
+    reference: ATen computes the last elements of each thread's share of a call with a scalar sigmoid whose last bit
+    can differ from its vector one, so the cuts must fall where the reference's do. The other operations give the
+    same bits however a tensor is cut (exact arithmetic, and exp and log by vector code throughout)."""
+    _check_inputs(logits, targets, mtp_weights)
+    N, V = logits.shape
+    dtype = torch.promote_types(logits.dtype, torch.float32)
+    weights = mtp_weights.to(dtype)
+    K = min(weights.numel(), N)
+    losses = logits.new_zeros(N, dtype=dtype)
+    grad = logits.new_empty(N, V, dtype=out_dtype)
+    z_all = logits.to(dtype, copy=True).add_(B).div_(C).sigmoid_().mul_(A)  # (N, V)
+    for r0, r1 in cpu_row_blocks(N):
+        z = z_all[r0:r1]  # (rows, V)
+        lse = torch.logsumexp(z, dim=1)
+        spans = [(k, min(r1, N - k) - r0) for k in range(K) if N - k > r0]  # (k, the block's rows with a target i + k)
+        for k, n in spans:
+            z_target = z[:n].gather(1, targets[r0 + k:r0 + k + n, None])[:, 0]
+            losses[r0:r0 + n] += weights[k] * (lse[:n] - z_target)
+        s = z.div_(A)  # sigmoid((x + B) / C), as the reference divides its own z
+        p = (s * A).sub_(lse[:, None]).exp_()
+        dz = p * weights[0]  # the reference adds this to zeros: the same bits (p > 0)
+        for k, n in spans:  # spans[0] is k = 0, every row
+            if k:
+                dz[:n] += weights[k] * p[:n]
+            dz[:n].scatter_add_(1, targets[r0 + k:r0 + k + n, None], (-weights[k]).expand(n, 1).contiguous())
+        grad[r0:r1] = dz.mul_(A / C).mul_(s).mul_(1 - s).div_(grad_scale)
+    return losses, grad
+
+
+# -----------------------------------------------------------------------------
+# Public op: CUDA -> Triton, CPU -> the reference's math by row blocks
 
 def softcapped_ce(logits, targets, mtp_weights, A, B, C, grad_scale=1.0, out_dtype=torch.bfloat16,
                   tanh_sigmoid=False):
     """Per-row MTP losses, fp32 (N,), and the gradient of their sum w.r.t. the logits divided by grad_scale,
     as out_dtype (bf16, fp32, or float8_e5m2 to feed an FP8 matmul directly). tanh_sigmoid: the CUDA kernel's
-    sigmoid from tanh.approx (the CPU's reference is exact either way)."""
+    sigmoid from tanh.approx (the CPU's math is the reference's either way)."""
     if not logits.is_cuda:
-        return softcapped_ce_reference(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
+        return softcapped_ce_cpu(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype)
     return softcapped_ce_triton(logits, targets, mtp_weights, A, B, C, grad_scale, out_dtype, tanh_sigmoid)

@@ -242,7 +242,7 @@ LONG_DOCS = [("ab " * 200).strip(), "short", "x" * 130, "y" * 127]  # tiny's tok
 @pytest.mark.parametrize("layout", ["jsonl", "txt_files", "txt_lines"])
 def test_max_doc_tokens_splits_long_documents_in_every_format(tmp_path, tiny, layout):
     """Pieces of at most N tokens, separator included, each starting with the separator, whose text joins up to the
-    document; shorter documents unchanged, and without the option nothing is split."""
+    document; shorter documents unchanged, and with 0 nothing is split."""
     src = tmp_path / "src"
     src.mkdir()
     if layout == "jsonl":
@@ -253,7 +253,7 @@ def test_max_doc_tokens_splits_long_documents_in_every_format(tmp_path, tiny, la
     else:
         (src / "lines.txt").write_text("".join(d + "\n" for d in LONG_DOCS))
     args = dict(shard_tokens=50, workers=1, chunksize=1, encoding=tiny, line_docs=layout == "txt_lines")
-    whole = tokenize_text.tokenize([src], tmp_path / "whole", "w", **args)
+    whole = tokenize_text.tokenize([src], tmp_path / "whole", "w", max_doc_tokens=0, **args)
     assert split_documents(shard_tokens(whole), tiny) == LONG_DOCS
     split = tokenize_text.tokenize([src], tmp_path / "split", "s", max_doc_tokens=128, **args)
     tokens = shard_tokens(split)
@@ -264,27 +264,25 @@ def test_max_doc_tokens_splits_long_documents_in_every_format(tmp_path, tiny, la
     assert "".join(docs[:5]) == LONG_DOCS[0]
 
 
-def test_long_documents_warn_with_the_option_to_use(tmp_path, tiny, monkeypatch, capfd):
-    """Mostly text past a CPU run's 128-token cut: a warning naming --max_doc_tokens 128; none with the option or
-    with short documents."""
+def test_by_default_documents_are_split_at_the_recipes_longest_sequence(tmp_path, tiny, monkeypatch):
+    """Without --max_doc_tokens, a document longer than 2048 tokens (the longest sequence the recipe reads of one) is
+    split there, and its text is all in the pieces; --max_doc_tokens 0 splits nothing."""
     monkeypatch.setattr(tokenize_text, "load_gpt2", lambda: tiny)
-    (tmp_path / "long.jsonl").write_text("".join(json.dumps({"text": "z" * 1000}) + "\n" for _ in range(8)))
-    (tmp_path / "short.jsonl").write_text("".join(json.dumps({"text": "z" * 100}) + "\n" for _ in range(8)))
+    (tmp_path / "c.jsonl").write_text(json.dumps({"text": "ab" * 2500}) + "\n" + json.dumps({"text": "short"}) + "\n")
 
-    def warnings(*args):
-        tokenize_text.main([*map(str, args), "--prefix", f"p{len(list(tmp_path.iterdir()))}", "--workers", "1"])
-        return [line for line in capfd.readouterr().err.splitlines() if line.startswith("warning:")]
-    [warning] = warnings(tmp_path / "long.jsonl", "--out", tmp_path / "a")
-    assert "8 of the 8 documents are longer than 128 tokens" in warning and "87% of the tokens" in warning
-    assert "--max_doc_tokens 128" in warning
-    assert warnings(tmp_path / "long.jsonl", "--out", tmp_path / "b", "--max_doc_tokens", "128") == []
-    assert warnings(tmp_path / "short.jsonl", "--out", tmp_path / "c") == []
+    def docs(*args):
+        out = tmp_path / f"out{len(list(tmp_path.iterdir()))}"
+        tokenize_text.main([str(tmp_path / "c.jsonl"), "--out", str(out), "--prefix", "p", "--workers", "1", *args])
+        return split_documents(shard_tokens(sorted(out.glob("p_train_*.bin"))), tiny)
+    pieces = docs()
+    assert [len(d) for d in pieces] == [2047, 2047, 906, 5] and "".join(pieces[:3]) == "ab" * 2500  # bytes: tokens
+    assert docs("--max_doc_tokens", "0") == ["ab" * 2500, "short"]
 
 
-def test_cpu_cut_is_run_shs():
-    """The warning's cut is the longest of the CPU run's --stage_seq_lens in run.sh."""
-    seq_lens = re.search(r"--stage_seq_lens '\(([\d, ]+)\)'", (REPO / "run.sh").read_text())[1]
-    assert max(map(int, seq_lens.split(","))) == tokenize_text.CPU_SEQ_LEN
+def test_recipe_seq_len_is_train_gpts_longest():
+    """The default split is where the recipe's loader cuts: the longest of train_gpt.py's --stage_seq_lens."""
+    seq_lens = re.search(r"stage_seq_lens: tuple = \(([\d, ]+)\)", (REPO / "train_gpt.py").read_text())[1]
+    assert max(map(int, seq_lens.split(","))) == tokenize_text.RECIPE_SEQ_LEN
 
 
 def test_gpt2_unavailable_is_one_line_with_the_fix(tmp_path, monkeypatch, capfd):

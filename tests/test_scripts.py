@@ -125,32 +125,47 @@ def fake_dist(where: Path, name: str, version: str, module=False):
 STUB_TRAIN = """\
 import json, os, signal, sys, time
 from pathlib import Path
-if "--help" in sys.argv:
-    print("stub help"); sys.exit(0)
-if sys.argv[-1] == "--check":
-    Path("check_args.json").write_text(json.dumps(sys.argv[1:]))
-    if "--bad" in sys.argv:
-        print("error: --bad is bad", file=sys.stderr); sys.exit(2)
-    print("settings OK"); sys.exit(0)
-mode = os.environ.get("STUB_TRAIN", "")
-rank, failing = int(os.environ.get("RANK", 0)), int(os.environ.get("RANK", 1)) == 1  # one process, or rank 1 of two
-if mode == "fail" and failing:  # a launch-time error, as train_gpt.py reports one
-    sys.exit(f"error: no train shards match 'x_*.bin' (rank {rank})")
-if mode == "crash" and failing:
-    raise ValueError("a real crash")
-if mode in ("fail", "crash", "wait"):  # the others: until a signal (each is counted)
-    got = []
-    signal.signal(signal.SIGINT, lambda s, f: got.append(s))
-    signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
-    Path(f"started_{rank}").touch()
-    end = time.monotonic() + 60
-    while not got and time.monotonic() < end:
-        time.sleep(0.05)
-    time.sleep(0.5)  # a second signal would arrive by now
-    if mode == "wait":
-        sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/cli.stderr_line
-    sys.exit(1)
-sys.exit("stub train_gpt.py: started without --check")
+
+
+def fit_schedule(argv):  # run.sh's plan on your shards: its arguments kept, a line printed (or a refusal)
+    Path("fit_args.json").write_text(json.dumps(argv))
+    if "--short" in argv:
+        sys.exit("error: the 1 train shard(s) cover 2 of the schedule's 64 steps")
+    print("42 scheduled steps (+ 4; 100 asked) fit the train shards: stub"); sys.exit(0)
+
+
+def main():
+    if "--help" in sys.argv:
+        print("stub help"); sys.exit(0)
+    if sys.argv[-1] == "--check":
+        Path("check_args.json").write_text(json.dumps(sys.argv[1:]))
+        Path("check_omp_wait_policy").write_text(os.environ.get("OMP_WAIT_POLICY", "unset"))
+        if "--bad" in sys.argv:
+            print("error: --bad is bad", file=sys.stderr); sys.exit(2)
+        print("settings OK"); sys.exit(0)
+    mode = os.environ.get("STUB_TRAIN", "")
+    rank, failing = int(os.environ.get("RANK", 0)), int(os.environ.get("RANK", 1)) == 1  # one process, or rank 1 of two
+    if mode == "fail" and failing:  # a launch-time error, as train_gpt.py reports one
+        sys.exit(f"error: no train shards match 'x_*.bin' (rank {rank})")
+    if mode == "crash" and failing:
+        raise ValueError("a real crash")
+    if mode in ("fail", "crash", "wait"):  # the others: until a signal (each is counted)
+        got = []
+        signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+        signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+        Path(f"started_{rank}").touch()
+        end = time.monotonic() + 60
+        while not got and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(0.5)  # a second signal would arrive by now
+        if mode == "wait":
+            sys.stderr.write(f"rank {rank} stopped by {len(got)} signal(s)\\n")  # one write, as harness/cli.stderr_line
+        sys.exit(1)
+    sys.exit("stub train_gpt.py: started without --check")
+
+
+if __name__ == "__main__":
+    main()
 """
 STUB_DATA = "from pathlib import Path\nPath('data/{0}').mkdir(parents=True)\nprint('stub {0}')\n"
 STUB_SLOW_DATA = "import time\nfrom pathlib import Path\nPath('started').touch()\ntime.sleep(60)\n"
@@ -423,6 +438,16 @@ def test_run_sh_cpu_demo_plans_synthetic_data(repo_copy, shim):
     assert json.loads((repo_copy / "check_args.json").read_text()) == train_args(argv) + ["--check"]
 
 
+@pytest.mark.parametrize("gpus, env, policy", [("0", {}, "PASSIVE"), ("0", {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
+                                              ("2", {}, "unset")])
+def test_run_sh_cpu_threads_sleep_while_they_wait(repo_copy, shim, monkeypatch, gpus, env, policy):
+    """Without a GPU, OpenMP's waiting threads sleep (unless you chose otherwise): spinning ones stall on busy cores."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    proc, _ = run(["./run.sh"], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_NGPU=gpus, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (repo_copy / "check_omp_wait_policy").read_text() == policy
+
+
 def test_run_sh_printed_command_pastes_back_to_the_same_arguments(repo_copy, shim, tmp_path):
     """Quotes, $(...), backquotes, a newline, an empty argument: pasted, the line gives back exactly the arguments
     and runs nothing."""
@@ -453,7 +478,48 @@ def test_run_sh_cpu_own_shards_keep_gpt2_vocabulary(repo_copy, shim, data_flags)
     assert not (repo_copy / "data" / "synthetic").exists() and not (repo_copy / "data" / "fineweb10B").exists()
     line = " ".join(launched(out))
     assert "--vocab_size" not in line and "--bos_id" not in line and "synthetic" not in line
-    assert "--model_dim 64" in line  # the tiny model and schedule stay
+    assert "--model_dim 64" in line  # the tiny model stays
+
+
+OWN_CPU = ["--max_doc_tokens", "128", "--stage_seq_lens", "(128, 128, 128)", "--micro_batch_tokens", "(127, 255, 383)",
+           "--num_scheduled_steps", "100"]
+
+
+def test_run_sh_cpu_own_shards_read_in_pieces_and_fit_the_schedule(repo_copy, shim):
+    """On your shards: long documents read as 128-token pieces that micro-batches of 127/255/383 (+1) take whole,
+    and the schedule, at most 100 + 4 steps, fitted to them: the plan's line is shown and its number passed, before
+    your own flags."""
+    mine = ["--train_files", "mine/a_train_*.bin", "--val_files", "mine/a_val_*.bin", "--val_every", "5"]
+    proc, _ = run(["./run.sh", *mine], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "run.sh: 42 scheduled steps (+ 4; 100 asked) fit the train shards: stub\n" in proc.stdout
+    argv = train_args(launched(out))
+    planned = json.loads((repo_copy / "fit_args.json").read_text())
+    assert planned == json.loads((repo_copy / "check_args.json").read_text())[:-1]  # what --check saw
+    assert planned[-len(mine) - len(OWN_CPU):] == OWN_CPU + mine  # after the CPU flags, before yours
+    assert argv == planned[:-len(mine)] + ["--num_scheduled_steps", "42"] + mine
+
+
+@pytest.mark.parametrize("steps", [["--num_scheduled_steps", "30"], ["--num_scheduled_steps=30"]])
+def test_run_sh_takes_your_num_scheduled_steps_as_it_is(repo_copy, shim, steps):
+    proc, _ = run(["./run.sh", "--train_files", "mine/a_*.bin", *steps], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not (repo_copy / "fit_args.json").exists() and launched(proc.stdout)[-len(steps):] == steps
+
+
+def test_run_sh_stops_at_shards_that_cover_no_schedule(repo_copy, shim):
+    proc, _ = run(["./run.sh", "--train_files", "mine/a_*.bin", "--short", "1"], repo_copy, shim, RUN_SH_DRY_RUN="1")
+    assert proc.returncode == 1
+    assert errors(proc.stderr) == ["error: the 1 train shard(s) cover 2 of the schedule's 64 steps"]
+    assert "train_gpt.py" not in proc.stdout
+
+
+def test_run_sh_gpus_on_own_shards_run_the_recipe_as_it_is(repo_copy, shim):
+    mine = ["--train_files", "mine/a_train_*.bin", "--val_files", "mine/a_val_*.bin"]
+    proc, _ = run(["./run.sh", *mine], repo_copy, shim, RUN_SH_DRY_RUN="1", STUB_NGPU="2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert train_args(launched(proc.stdout)) == mine and not (repo_copy / "fit_args.json").exists()
 
 
 def test_run_sh_gpus_fetch_fineweb_and_launch_torchrun(repo_copy, shim):
@@ -556,10 +622,14 @@ def test_run_sh_with_real_train_gpt_check(shim, tmp_path):
                   RUN_SH_DRY_RUN="1")  # own shards that are not there: one line, before any training
     assert proc.returncode != 0 and "train_gpt.py" not in proc.stdout
     assert errors(proc.stderr) == ["error: no train shards match 'mine/x_*.bin'; the folder 'mine' does not exist"]
-    proc, _ = run(["./run.sh", "--train_files", "data/synthetic/synthetic_train_*.bin", "--val_files",
-                   "data/synthetic/synthetic_val_*.bin"], root, shim, RUN_SH_DRY_RUN="1")
+    mine = ["--train_files", "data/synthetic/synthetic_train_*.bin", "--val_files", "data/synthetic/synthetic_val_*.bin",
+            "--vocab_size", "256", "--bos_id", "255"]
+    proc, _ = run(["./run.sh", *mine], root, shim, RUN_SH_DRY_RUN="1")  # and the real plan for them
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tiny CPU model on your shards" in proc.stdout and "synthetic data" not in proc.stdout
+    steps = re.search(r"^run.sh: (\d+) scheduled steps \(\+ 4(; 100 asked)?\) fit the train shards: they take ",
+                      proc.stdout, re.M)[1]
+    assert launched(proc.stdout)[-len(mine) - 2:] == ["--num_scheduled_steps", steps, *mine]
 
 
 def test_run_sh_help_needs_no_install(repo_copy, shim):

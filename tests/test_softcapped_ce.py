@@ -16,8 +16,8 @@ import triton.language as tl
 
 import kernels.softcapped_ce as softcapped_ce_module
 from kernels.softcapped_ce import (
-    CEConfig, _reciprocal_fma, ce_config, softcapped_ce_forward_reference, softcapped_ce_reference,
-    softcapped_ce_triton,
+    CPU_BLOCK_ROWS, CEConfig, _reciprocal_fma, ce_config, cpu_row_blocks, softcapped_ce, softcapped_ce_forward_reference,
+    softcapped_ce_reference, softcapped_ce_triton,
 )
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
@@ -230,3 +230,29 @@ def test_reference_grad_is_the_gradient_of_the_reference_forward():
                                                out_dtype=torch.float64)
     assert_close(ref_losses, losses, 0.0, 0.0, "losses")
     assert_close(grad, logits.grad / 2, 1e-12, 1e-10, "grad_logits")
+
+
+# The CPU path: the reference's operations by row blocks, which must give its bits. Rows: one block, blocks and a
+# remainder, a last single row (it joins the block before), fewer rows than predictions; 5003 columns make a
+# block's logsumexp large enough for ATen to run it on several threads.
+@pytest.mark.parametrize("n_rows", [1, 2, 7, 2 * CPU_BLOCK_ROWS + 1, 3 * CPU_BLOCK_ROWS + 5])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("weights", [[1.0], [1.0, 0.5, 0.25], [1.0, 0.0, 0.0], [0.0, 0.5, 0.25], [1.0, 0.0, 0.3]])
+def test_cpu_path_gives_the_references_bits(n_rows, dtype, weights):
+    logits, targets, mtp = (t.cpu() for t in make_inputs(n_rows, 5003, dtype, weights))
+    logits[0, :4] = torch.tensor([float("-inf"), float("inf"), -1e4, 1e4]).to(dtype)  # saturated soft caps
+    for out_dtype, grad_scale in [(dtype, 1.0), (torch.bfloat16, 0.37)]:
+        got = softcapped_ce(logits, targets, mtp, *SOFTCAP, grad_scale=grad_scale, out_dtype=out_dtype)
+        want = softcapped_ce_reference(logits, targets, mtp, *SOFTCAP, grad_scale=grad_scale, out_dtype=out_dtype)
+        for name, a, b in zip(("losses", "grad"), got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape, name
+            differ = a.view(-1).view(torch.uint8) != b.view(-1).view(torch.uint8)  # the bits, -0.0 and NaN included
+            assert not differ.any(), f"{name}: {int(differ.sum())} bytes differ"
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, CPU_BLOCK_ROWS, CPU_BLOCK_ROWS + 1, 2 * CPU_BLOCK_ROWS + 1, 100])
+def test_cpu_row_blocks_cover_the_rows_and_none_holds_one_row(n_rows):
+    blocks = cpu_row_blocks(n_rows)
+    assert [a for a, _ in blocks] + [blocks[-1][1]] == sorted({0, n_rows, *(b for _, b in blocks)}), blocks
+    assert blocks[0][0] == 0 and blocks[-1][1] == n_rows and all(b == c for (_, b), (c, _) in zip(blocks, blocks[1:]))
+    assert all(1 < b - a <= CPU_BLOCK_ROWS + 1 for a, b in blocks) or n_rows == 1, blocks

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
-from data.shards import find_shards, write_shard
+from data.shards import find_shards, read_tokens, write_shard
 from harness.cli import UserError
 from harness.report import compile_time_breakdown
 from kernels.attention import ATTENTION_CHOICES, select_attention
@@ -70,10 +70,35 @@ def test_parse_args_forms_and_types():
     (["--resume", "/no/such/checkpoint.pt"], "--resume '/no/such/checkpoint.pt': no such file"),
     (["--attention", "flash"], "--attention must be one of auto, fa3, varlen, sdpa, not 'flash'"),
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
+    (["--max_doc_tokens", "-1"], "--max_doc_tokens -1 must be 0 (off) or more"),
+    (["--device", "cpu", "--micro_batch_tokens", "(127, 255, 383)", "--stage_seq_lens", "(129, 128, 128)"],
+     "may exceed --micro_batch_tokens (127, 255, 383) by one token at most"),
 ])
 def test_parse_args_errors(argv, message):
     with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
+
+
+def test_a_sequence_may_fill_a_micro_batch_and_its_last_target():
+    """A micro-batch of T tokens reads T + 1: a sequence of T + 1 tokens fills it (run.sh's CPU runs on your shards)."""
+    hp = settings(["--device", "cpu", "--micro_batch_tokens", "(127, 255, 383)", "--stage_seq_lens", "(128, 128, 128)"])
+    assert hp.stage_seq_lens == (128, 128, 128)
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_cpu_runs_keep_freed_memory(keep):
+    """keep_freed_memory (main() on the CPU): memory a freed 64 MB block held serves the next 32 MB block, which
+    glibc's malloc otherwise maps afresh from the kernel, at a page fault per 4 KB."""
+    code = ("import resource, sys, torch, train_gpt\n"
+            "if sys.argv[1] == 'True': train_gpt.keep_freed_memory()\n"
+            "torch.ones(1 << 24)\n"  # 64 MB, written and freed
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+            "torch.ones(1 << 23)\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)")
+    r = subprocess.run([sys.executable, "-c", code, str(keep)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    faults = int(r.stdout)
+    assert (faults < 100) if keep else (faults > 8000), faults
 
 
 def test_attention_choices_are_the_kernels_table():
@@ -532,6 +557,86 @@ def data_settings(tmp_path, **overrides) -> tg.Hyperparameters:
                     micro_batch_tokens=(64, 128, 192), stage_seq_lens=(32, 64, 64), val_micro_batch_tokens=256,
                     val_tokens=1024, num_scheduled_steps=6, num_extension_steps=2)
     return tg.Hyperparameters(**(settings | overrides))
+
+
+def test_split_documents_reads_each_document_as_pieces():
+    """Documents at 0 (5 tokens), 5 (300: pieces of 128, 128, 44) and 305 (128: one piece) of a 433-token shard."""
+    assert tg.split_documents(np.array([0, 5, 305]), 433, 128).tolist() == [0, 5, 133, 261, 305]
+    assert tg.split_documents(np.array([3]), 4, 2).tolist() == [3]  # tokens before the first BOS are not read
+
+
+def long_doc_settings(tmp_path, **overrides) -> tg.Hyperparameters:
+    """data_settings over one train shard of 40 documents of 192-448 tokens (whole multiples of 64)."""
+    rng = np.random.default_rng(1)
+    docs = [np.concatenate([[255], rng.integers(0, 255, 64 * n - 1)]) for n in rng.integers(3, 8, 40)]
+    hp = data_settings(tmp_path, train_files=str(tmp_path / "long_train_*.bin"), **overrides)
+    write_docs(tmp_path, "long_train_000001.bin", np.concatenate(docs).astype(np.uint16))
+    return hp
+
+
+def test_long_documents_are_refused_with_the_setting_that_reads_them(tmp_path):
+    """Cut at 64 tokens, documents of 192-448 cover few steps: the refusal names --max_doc_tokens 64, with which the
+    same shards cover the schedule."""
+    hp = long_doc_settings(tmp_path, num_scheduled_steps=5)
+    with pytest.raises(UserError, match=re.escape("median") + ".*" + re.escape("read them in pieces with "
+                                                                                "--max_doc_tokens 64")):
+        tg.check_data(hp, tg.Schedule(hp), world_size=1)
+    hp = dataclasses.replace(hp, max_doc_tokens=64)
+    assert "documents read in pieces of 64 tokens" in tg.check_data(hp, tg.Schedule(hp), world_size=1).report
+
+
+def test_pieces_fill_micro_batches_of_one_token_less_with_nothing_skipped(tmp_path):
+    """run.sh's reading of your shards on the CPU: with pieces of 64 tokens and micro-batches of 63, 127 and 191
+    tokens (each reads one more, the last target), every step takes 1, 2 or 3 whole pieces per micro-batch, so the
+    micro-batches read the shard's tokens one after the other, none skipped, in sequences of at most 64."""
+    hp = long_doc_settings(tmp_path, max_doc_tokens=64, micro_batch_tokens=(63, 127, 191), stage_seq_lens=(64, 64, 64))
+    schedule = tg.Schedule(hp)
+    data = tg.check_data(hp, schedule, world_size=1)
+    [(path, starts)] = data.train.items()
+    tokens = read_tokens(path)
+    loader = tg.TrainLoader(data.train, hp, 0, 1, torch.device("cpu"), 1280, tg.CuSeqlensCapacity(log=lambda m: None))
+    at = 0
+    for step in range(schedule.total_steps):
+        step_settings = schedule.at(step)
+        for mb in loader.next_step(step_settings.micro_batch_tokens, step_settings.seq_len).micro_batches:
+            T = mb.inputs.numel()
+            read = np.append(mb.inputs.numpy(), mb.targets[-1].item())
+            assert np.array_equal(read, tokens[at:at + T + 1]), f"step {step}: not the next {T + 1} tokens"
+            assert np.diff(mb.cu_seqlens.numpy()).max() <= 64
+            at += T + 1
+    assert at == tg.cover(schedule, [starts], [tokens.size])[2]
+
+
+def test_longest_schedule_is_the_longest_the_shards_cover(tmp_path):
+    hp = data_settings(tmp_path, num_scheduled_steps=400)
+    index, sizes = tg.index_train_shards(hp)
+    starts = list(index.values())
+
+    def covered(n: int) -> bool:
+        schedule = tg.Schedule(dataclasses.replace(hp, num_scheduled_steps=n))
+        return tg.cover(schedule, starts, sizes)[0] == schedule.total_steps
+    n = tg.longest_schedule(hp, starts, sizes)
+    assert 3 <= n < 400 and covered(n) and not covered(n + 1)
+    assert tg.longest_schedule(dataclasses.replace(hp, num_scheduled_steps=n - 5), starts, sizes) == n - 5
+    assert tg.longest_schedule(dataclasses.replace(hp, micro_batch_tokens=(2048, 4096, 8192)), starts, sizes) is None
+
+
+def test_fit_schedule_prints_the_longest_schedule_and_what_it_takes(tmp_path, capsys):
+    """run.sh's plan on your shards: one line that starts with the steps; when none fit, check_data's refusal."""
+    hp = data_settings(tmp_path)
+    flags = [*TINY_FLAGS, "--train_files", hp.train_files, "--val_files", hp.val_files, "--num_extension_steps", "2"]
+    index, sizes = tg.index_train_shards(hp)
+    longest = tg.longest_schedule(dataclasses.replace(hp, num_scheduled_steps=400), list(index.values()), sizes)
+    assert tg.fit_schedule([*flags, "--num_scheduled_steps", "400"]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith(f"{longest} scheduled steps (+ 2; 400 asked) fit the train shards: they take ")
+    assert f"of their {sum(sizes):,} tokens (" in line and line.count("\n") == 1
+    assert tg.fit_schedule([*flags, "--num_scheduled_steps", "6", "--max_doc_tokens", "16"]) == 0
+    assert capsys.readouterr().out.startswith("6 scheduled steps (+ 2) fit")
+    with pytest.raises(SystemExit) as e:
+        tg.fit_schedule([*flags, "--micro_batch_tokens", "(2048, 4096, 8192)", "--stage_seq_lens", "(64, 64, 64)"])
+    assert e.value.code == 1
+    one_error_line(capsys.readouterr().err, "no --num_scheduled_steps fits with these --micro_batch_tokens")
 
 
 def test_check_data_reports_what_the_schedule_takes(tmp_path):

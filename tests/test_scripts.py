@@ -7,11 +7,13 @@ makes it list a GPU, and torch's index is a closed local port. It runs as no vir
 without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
 the stub pip "installs" into .venv/; the scripts' copy has its own locks, which pin that package (STUB_LOCK). run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
 data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
-Also: tools/ab_runs.sh's usage, bad input and dry runs; every relative link in README.md, records/**/README.md and
-experiments/**/README.md resolves.
+Also: tools/ab_runs.sh's usage, bad input and dry runs; every relative link in README.md, docs/*.md,
+records/**/README.md and experiments/**/README.md resolves, and every flag README.md and docs/ name is a setting of
+train_gpt.py or an option of the program it is given to.
 
     python3 -m pytest -q tests/test_scripts.py
 """
+import ast
 import contextlib
 import json
 import os
@@ -737,16 +739,110 @@ def test_ab_runs_dry_setup_names_each_shard(tmp_path):
                                          for n in ("enwiki_train_000000.bin", "enwiki_val_000000.bin")]
 
 
-def test_markdown_links_in_readme_records_and_experiments_resolve():
-    """Every relative link (and picture) in README.md, records/**/README.md and experiments/**/README.md names a file
-    or folder that exists."""
+FIRST_PAGE_AND_DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+# The flags of programs outside the repository that README.md and docs/ name: torchrun's and pip's.
+OTHER_PROGRAMS_FLAGS = {"standalone", "nproc_per_node", "index-url", "extra-index-url"}
+SETTINGS_FORM = {"name"}  # `--name value`: how a setting is written
+FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
+# Where a command line hands its flags to train_gpt.py: everything after these, up to the end of the command.
+TRAIN_GPT_ENTRIES = re.compile(r"train_gpt\.py|run\.sh|tools/enwiki-124\.sh| -- ")
+COMMAND_END = re.compile(r"[;|#)]|&&")
+
+
+def markdown_files() -> list[Path]:
+    return [*FIRST_PAGE_AND_DOCS, *sorted((REPO / "records").rglob("README.md")),
+            *sorted((REPO / "experiments").rglob("README.md"))]
+
+
+def without_code(md: Path) -> str:
+    return re.sub(r"```.*?```", "", md.read_text(), flags=re.S)  # code blocks hold no links or headings
+
+
+def anchors(md: Path) -> set[str]:
+    """The anchors of md's headings, as GitHub makes them: lower case, punctuation dropped, spaces as hyphens."""
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", without_code(md), flags=re.M)}
+
+
+def broken_links(md: Path) -> list[str]:
+    """md's relative links (and pictures) whose file or folder does not exist, or whose #anchor names no heading of
+    the markdown file it points into."""
     broken = []
-    for md in [REPO / "README.md", *sorted((REPO / "records").rglob("README.md")),
-               *sorted((REPO / "experiments").rglob("README.md"))]:
-        text = re.sub(r"```.*?```", "", md.read_text(), flags=re.S)  # code blocks hold no links
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue  # web addresses and anchors
-            if not (md.parent / target.split("#")[0]).exists():
-                broken.append(f"{md.relative_to(REPO)}: {target}")
+    for target in re.findall(r"\]\(([^)\s]+)\)", without_code(md)):
+        if re.match(r"[a-z]+:", target):
+            continue  # web addresses
+        path, _, anchor = target.partition("#")
+        dest = md.parent / path if path else md
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
+            broken.append(f"{os.path.relpath(md, REPO)}: {target}")
+    return broken
+
+
+def train_gpt_settings() -> set[str]:
+    """train_gpt.py's flags: the fields of Hyperparameters (read from the source: no torch import), --help, --check."""
+    tree = ast.parse((REPO / "train_gpt.py").read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Hyperparameters")
+    return {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)} | {"help", "check"}
+
+
+def program_options() -> set[str]:
+    """The options the repository's other programs define: argparse's add_argument in data/, tools/ and kernels/,
+    the shell scripts' `--name)` cases and `== --name` tests."""
+    found = set()
+    for py in [*(REPO / "data").glob("*.py"), *(REPO / "tools").glob("*.py"), *(REPO / "kernels").glob("*.py")]:
+        found |= set(re.findall(r"add_argument\(\s*[\"']--([\w-]+)", py.read_text()))
+    for sh in [*(REPO / "tools").glob("*.sh"), REPO / "run.sh", REPO / "test.sh", REPO / ".ci" / "run"]:
+        text = sh.read_text()
+        found |= set(re.findall(r"^\s*(?:-\w\|)?--([\w-]+)\)", text, flags=re.M))
+        found |= set(re.findall(r"== --([\w-]+)\b", text))
+    return found
+
+
+def unknown_flags(md: Path, settings: set[str], options: set[str]) -> list[str]:
+    """md's flags that exist nowhere: in a command line that runs train_gpt.py (directly, through run.sh or
+    tools/enwiki-124.sh, or after a tool's ` -- `) a flag must be one of its settings; elsewhere a setting, another
+    program's option, or a flag of torchrun or pip."""
+    text, name = md.read_text(), os.path.relpath(md, REPO)
+    blocks = re.findall(r"```.*?\n(.*?)```", text, flags=re.S)
+    spans = [line for block in blocks for line in block.splitlines()] + re.findall(r"`([^`]+)`", without_code(md))
+    bad = []
+    for span in spans:
+        for entry in TRAIN_GPT_ENTRIES.finditer(span):
+            command = COMMAND_END.split(span[entry.end():])[0]
+            bad += [f"{name}: --{flag} (not a train_gpt.py setting, in `{span.strip()}`)"
+                    for flag in FLAG.findall(command) if flag not in settings | SETTINGS_FORM]
+    known = settings | SETTINGS_FORM | options | OTHER_PROGRAMS_FLAGS
+    bad += [f"{name}: --{flag} (no program of the repository has it)" for flag in FLAG.findall(text) if flag not in known]
+    return sorted(set(bad))
+
+
+def test_markdown_links_resolve():
+    """Every relative link (and picture) in README.md, docs/*.md, records/**/README.md and experiments/**/README.md
+    names a file or folder that exists, and a heading where it names an anchor."""
+    broken = [line for md in markdown_files() for line in broken_links(md)]
     assert not broken, "\n".join(broken)
+
+
+def test_the_flags_readme_and_docs_name_exist():
+    """Every --flag README.md and docs/ name exists: train_gpt.py's in its Hyperparameters (or --help, --check),
+    the other programs' in their argument parsers. Records and experiments keep the flags of their day."""
+    settings, options = train_gpt_settings(), program_options()
+    assert {"fp8_body", "resume", "check"} <= settings and {"prefix", "dry-run", "reference"} <= options
+    bad = [line for md in FIRST_PAGE_AND_DOCS for line in unknown_flags(md, settings, options)]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("stale, found", [
+    ("[gone](no_such_file.md)", "no_such_file.md"),
+    ("[gone](#no-such-heading)", "#no-such-heading"),
+    ("`./run.sh --prefix mine`", "--prefix (not a train_gpt.py setting"),  # tokenize_text.py's, not a setting
+    ("`--fp8_mlp True`", "--fp8_mlp (no program"),  # a setting that was removed
+])
+def test_the_docs_checks_fail_on_a_stale_doc(tmp_path, stale, found):
+    """The two checks above catch a moved file, a renamed heading, another program's option given to train_gpt.py, and
+    a flag that no program has."""
+    md = tmp_path / "docs.md"
+    md.write_text(f"# A heading\n[here]({REPO / 'README.md'}#quick-start) [up](#a-heading) `./run.sh --fp8_body False` "
+                  f"`--prefix mine` {stale}\n")
+    problems = broken_links(md) + unknown_flags(md, train_gpt_settings(), program_options())
+    assert len(problems) == 1 and found in problems[0], problems

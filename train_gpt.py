@@ -91,7 +91,7 @@ class Hyperparameters:
     device: str = runtime("auto")  # auto | cuda | cpu
     attention: str = runtime("auto")  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
     fa3_hub_wait: float = runtime(120.0)  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
-    dist_timeout: float = runtime(300.0)  # seconds processes wait for each other (joining, collectives, a step); above the gap a cold compile makes (100-135 s)
+    dist_timeout: float = runtime(300.0)  # seconds processes wait for each other (joining, collectives) and a step may take before the run ends; above a cold compile (100-135 s)
     compile: bool = runtime(True)  # torch.compile the model and optimizer math
     compile_helpers: bool = runtime(True)  # CUDA warm-up: two helper processes compile the backward and optimizer graphs meanwhile
     cuda_graphs: bool = runtime(True)  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
@@ -1547,7 +1547,7 @@ class Trainer:
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
-        watchdog = Watchdog(hp.dist_timeout, rt.rank, log) if rt.distributed else None  # a peer that died: no hang
+        watchdog = Watchdog(hp.dist_timeout, rt.rank, log, peers=rt.distributed)  # a stall ends the run: no hang
         self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
                                             self.checkpoints, log, watchdog)
 
@@ -1586,20 +1586,22 @@ class Trainer:
             self.model.extend_rotary(old, new)
             self.rotary_extensions.append((old, new))
 
-    def validate(self, step: int, clock: TrainClock) -> float:
-        """The mean validation loss over all ranks with the windows of `step` (the last: the final long window)."""
-        final = step == self.schedule.total_steps
-        if final:  # before the final validation, so that its line ends the log
-            self.log(clock.stage_line())
+    def val_loss_sum(self, step: int, batches) -> Tensor:
+        """The summed loss of validation micro-batches with the windows of `step` (the last: the final long window)."""
         self.set_rotary(step)
-        sched = self.forward_schedule(step, final)
+        sched = self.forward_schedule(step, final=step == self.schedule.total_steps)
         self.model.eval()
         self.remake_w8()
         with torch.no_grad():
-            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8)
-                        for mb in map(self.val.batch, range(len(self.val))))
+            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) for mb in batches)
         self.model.train()
-        loss = total / len(self.val)
+        return total
+
+    def validate(self, step: int, clock: TrainClock) -> float:
+        """The mean validation loss over all ranks with the windows of `step`."""
+        if step == self.schedule.total_steps:  # before the final validation, so that its line ends the log
+            self.log(clock.stage_line())
+        loss = self.val_loss_sum(step, map(self.val.batch, range(len(self.val)))) / len(self.val)
         if self.rt.distributed:
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         self.log(clock.val_line(step, self.schedule.total_steps, loss := loss.item()))
@@ -1708,8 +1710,7 @@ class Trainer:
     def warmup(self):
         """Untimed, before the first step: compile every training shape the run will time and capture its CUDA graph
         by running the schedule's warm-up steps on real data, MicroStepGraphs.WARM_CALLS micro-batches each (the rest
-        replay), then restore the initial state. Validation graphs are left to each window setting's first validation
-        (untimed)."""
+        replay), and one validation micro-batch (one graph serves every window), then restore the initial state."""
         steps, calls = self.schedule.warmup_steps(self.rt.grad_accum_steps), MicroStepGraphs.WARM_CALLS
         work = " and ".join((["compiling"] if self.hp.compile else []) + (["capturing CUDA graphs"] if self.graphs else []))
         self.log(f"warm-up (untimed): {work} on steps {steps}, up to {calls} micro-batches each, then back to step 0; "
@@ -1725,6 +1726,9 @@ class Trainer:
                 self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
                          f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "
                          f"{time.time() - PROCESS_START:.1f}s")
+            self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)])
+            self.sync()
+            self.log(f"warm-up: validation done at {time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
         if self.helpers:

@@ -103,7 +103,7 @@ class Watch:
 
     snapshot(step, into): a copy of the trainer's state at `step` (into: an earlier snapshot's buffers, or None);
     capture(good, bad_step, detected_at): rewinds to `good`, re-runs to the failing step, saves it, returns the path;
-    watchdog: several processes' Watchdog (harness/launch.py), which ends this one when the loop stops moving.
+    watchdog: the Watchdog (harness/launch.py), which ends this process when the loop stops moving.
     """
 
     def __init__(self, guard: NonFiniteGuard, every: int, snapshot, capture, stop: StopRequest, checkpoints, log,

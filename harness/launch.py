@@ -64,11 +64,12 @@ def form_group(launch: Launch, backend: str, device, timeout_s: float):
 
 class Watchdog:
     """Ends this process with one line when the training loop makes no progress for timeout_s: a peer that died
-    leaves the others blocked inside a collective, where no signal handler or exception reaches them. A thread
-    checks every few seconds; beat() is cheap (a clock read)."""
+    leaves the others blocked inside a collective, and a compile, kernel or read that hangs blocks one process, where
+    no signal handler or exception reaches them. A thread checks every few seconds; beat() is cheap (a clock read)."""
 
-    def __init__(self, timeout_s: float, rank: int, log):
-        self.timeout_s, self.rank, self.log = timeout_s, rank, log
+    def __init__(self, timeout_s: float, rank: int, log, peers: bool):
+        """peers: the run has other processes (the likely cause of a stall)."""
+        self.timeout_s, self.rank, self.log, self.peers = timeout_s, rank, log, peers
         self.last, self.step, self.armed = time.monotonic(), None, False
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -82,8 +83,9 @@ class Watchdog:
         while True:
             time.sleep(min(5.0, self.timeout_s / 4))
             if self.armed and time.monotonic() - self.last > self.timeout_s:
+                cause = "a peer process died or hangs" if self.peers else "a compile, kernel or read hangs"
                 line = (f"error: rank {self.rank}: no progress for --dist_timeout {self.timeout_s:g} s after step "
-                        f"{self.step}: a peer process died or hangs; stopping")
+                        f"{self.step}: {cause}; stopping")
                 stderr_line(line)
                 self.log(f"stopped: {line[len('error: '):]}", console=False)
                 os._exit(1)

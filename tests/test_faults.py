@@ -24,15 +24,49 @@ from harness import files
 from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.guard import NonFiniteError, Stopped, run_ending
-from harness.launch import read_launch
+from harness.launch import Watchdog, read_launch
 from harness.log import Logger
-from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
+from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_runtime, cpu_trainer, one_error_line, run_script, settings,
+                         tiny_model)
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# --- a run that stops moving ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("peers, cause", [(True, "a peer process died or hangs"),
+                                          (False, "a compile, kernel or read hangs")])
+def test_the_watchdog_ends_a_run_that_makes_no_progress(monkeypatch, capsys, peers, cause):
+    """At any world size (one process too: a compile or kernel that hangs after the last step was once unwatched),
+    no beat for timeout_s ends the process with one line and a line in the log; beats keep it alive; before the
+    first beat and after disarm() nothing is watched."""
+    ended, logged = [], []
+    monkeypatch.setattr(os, "_exit", ended.append)  # the watch thread's exit, recorded
+    dog = Watchdog(0.4, 3, lambda line, console=True: logged.append(line), peers=peers)
+    time.sleep(0.6)
+    assert not ended, "not armed before the first beat (the warm-up compiles for minutes)"
+    for step in range(6):
+        dog.beat(step)
+        time.sleep(0.1)
+    assert not ended
+    deadline = time.monotonic() + 5
+    while not ended and time.monotonic() < deadline:
+        time.sleep(0.05)
+    dog.disarm()
+    assert ended[:1] == [1]
+    one_error_line(capsys.readouterr().err, "rank 3: no progress for --dist_timeout 0.4 s after step 5", cause)
+    assert logged[:1] == [f"stopped: rank 3: no progress for --dist_timeout 0.4 s after step 5: {cause}; stopping"]
+
+
+def test_a_one_process_run_is_watched(tmp_path, synthetic_data):
+    hp = settings(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
+    watchdog = cpu_trainer(hp).watch.watchdog
+    assert isinstance(watchdog, Watchdog) and not watchdog.peers and watchdog.timeout_s == hp.dist_timeout
 
 
 # --- the launch environment ---------------------------------------------------------------------

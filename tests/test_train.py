@@ -193,8 +193,10 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
 @pytest.mark.parametrize("untie_frac", ["0.1", "0.9"])
 def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, synthetic_data, untie_frac):
     """The warm-up needs a shape's first two micro-batches (compile, capture); the rest of a step would only replay.
-    It ends where it began: weights, optimizer state (also where it unties the embedding: untie_frac 0.1 makes
-    step 1 the split step), gradients and data position."""
+    Then one validation micro-batch with the final windows: the validation's graph is compiled before the first
+    timed step, not after the last (where a stall would be unwatched). It ends where it began: weights, optimizer
+    state (also where it unties the embedding: untie_frac 0.1 makes step 1 the split step), gradients and data
+    position."""
     hp = settings(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                 "--num_scheduled_steps", "6", "--num_extension_steps", "1", "--untie_frac", untie_frac,
                                 "--log_dir", str(tmp_path)])
@@ -209,8 +211,16 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
         collecting.add(gc.isenabled())
         return micro_step(mb, sched)
     trainer.micro_step = spy
+    forward, evaluated = trainer.forward, []
+
+    def forward_spy(inputs, *args):
+        if not torch.is_grad_enabled():
+            evaluated.append((inputs.numel(), args[3].long_window, trainer.model.training))
+        return forward(inputs, *args)
+    trainer.forward = forward_spy
     before = trainer.snapshot(0)
     trainer.warmup()
+    assert evaluated == [(hp.val_micro_batch_tokens, hp.final_long_window * hp.window_block, False)]
     assert collecting == {False}, "the garbage collector is off while the warm-up compiles"
     assert gc.isenabled() and gc.get_freeze_count(), "on after it, with the compile's objects frozen out of it"
     gc.unfreeze()  # this test process's objects, for the tests after this one

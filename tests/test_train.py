@@ -46,6 +46,8 @@ def test_parse_args_forms_and_types():
     (["--val_tokens", "many"], "--val_tokens"),
     (["--val_tokens", "1.5"], "expects an int"),
     (["--seed"], "needs a value"),
+    (["--log_dir", "--check"], "--log_dir needs a value, not the flag --check"),  # a wrapper's own flag, appended
+    (["--train_files", "--run_id", "x"], "--train_files needs a value, not the flag --run_id"),
     (["val_tokens", "3"], "unexpected argument"),
     # one validation pass over the whole configuration: one line naming the flag and a valid value
     (["--head_dim", "30", "--model_dim", "60"], "--model_dim 60 must be a multiple of 8"),

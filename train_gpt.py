@@ -108,7 +108,6 @@ class Hyperparameters:
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
 
-
 def validate(hp: Hyperparameters):
     """Every setting in range and every rule between settings met, else a one-line error naming the flag and a valid
     value: before anything is loaded or built."""
@@ -139,8 +138,7 @@ def validate(hp: Hyperparameters):
     windows = hp.stage_windows
     need(len(windows) == STAGES + 1 and all(len(w) == 2 and all(isinstance(b, int) and b > 0 for b in w)
                                             and w[0] <= w[1] for w in windows),
-         f"--stage_windows {windows!r} needs {STAGES + 1} (short, long) pairs of positive block counts with short "
-         "<= long")
+         f"--stage_windows {windows!r} needs {STAGES + 1} (short, long) pairs of positive block counts, short <= long")
     longs = [w[1] for w in windows] + [hp.final_long_window]
     need(all(a <= b for a, b in zip(longs, longs[1:])),
          f"--stage_windows long windows {longs[:-1]} and --final_long_window {hp.final_long_window} may only grow "
@@ -178,8 +176,13 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
-    total = hp.num_scheduled_steps + hp.num_extension_steps
-    need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
+    total = hp.num_scheduled_steps + hp.num_extension_steps  # a setting that cannot take effect in the run is refused
+    extent = f"this run's {total} steps (0 to {total - 1}: --num_scheduled_steps + --num_extension_steps)"
+    need(-1 <= hp.inject_fault_step < total, f"--inject_fault_step {hp.inject_fault_step} must be -1 or in {extent}")
+    for name in ("val_every", "guard_every", "checkpoint_every"):  # the record's defaults may outlast a short run
+        need(getattr(hp, name) in (0, getattr(defaults, name)) or getattr(hp, name) <= total,
+             f"--{name} {getattr(hp, name)} is past the end of {extent}: at most {total}, or 0 (off)")
+    need(not (hp.sync_debug and hp.device == "cpu"), "--sync_debug True warns of CUDA syncs: --device cpu has none")
     need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
     need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
          f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
@@ -189,8 +192,7 @@ def validate(hp: Hyperparameters):
     need(hp.dist_timeout > 0, f"--dist_timeout {hp.dist_timeout} must be positive seconds, e.g. 300")
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
-         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last), "
-         f"within the run's {total} steps")
+         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
     need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from data.shards import find_shards
+from data.shards import check_roles, find_shards, identities
 from harness import compile_helpers
 from harness.cli import UserError, program
 from harness.settings import need, parse_args, runtime
@@ -196,9 +196,8 @@ def validate(hp: Hyperparameters):
     need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 
-def check_files(hp: Hyperparameters):
-    """--check: the data globs match shard files (their contents are checked when a run starts)."""
-    find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
+def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles (contents: at start)
+    check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
 if __name__ == "__main__":  # --help, --check and setting errors answer before the heavy imports below
@@ -1298,7 +1297,7 @@ class ValData:
 class CheckedData:
     train: dict[Path, np.ndarray]  # the train shards in order, with their sequence starts (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
-    fingerprint: str  # of both sets: checkpoints and captures name the data they were cut from
+    shards: list[str]  # each file read, train then val: name, size, checksum (data/shards.py: identities, fingerprint)
     report: str  # for the log
 
 
@@ -1310,14 +1309,14 @@ def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
     return np.repeat(bos, pieces) + max_tokens * index_in_document
 
 
-def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int]]:
+def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int], dict[Path, int]]:
     """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
-    ({path: sequence starts}, sizes). The starts are the BOS positions; with --max_doc_tokens, those of the pieces."""
-    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    ({path: sequence starts}, sizes, {path: checksum}); the starts are the BOS positions, or the pieces' ones."""
+    index, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     sizes = [read_header(f) for f in index]
     if hp.max_doc_tokens:
         index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
-    return index, sizes
+    return index, sizes, checksums
 
 
 def cover(schedule: "Schedule", starts: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
@@ -1356,11 +1355,11 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
     tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over the sequence
     starts alone."""
     per_step = hp.val_micro_batch_tokens * world_size
-    if hp.val_tokens % per_step:
-        raise UserError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
-                        f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
-    index, sizes = index_train_shards(hp)
+    need(hp.val_tokens % per_step == 0, f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens "
+         f"x world size = {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
+    index, sizes, checksums = index_train_shards(hp)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
+    check_roles(checksums, val_files)
     files, starts = list(index), list(index.values())
     covered, shard, taken = cover(schedule, starts, sizes)
     if covered < schedule.total_steps:
@@ -1379,7 +1378,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
               f"take {taken:,} of them (documents {pieces}cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and "
               f"end in shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
               f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
-    return CheckedData(index, val_files, fingerprint([*files, *val_files]), report)
+    return CheckedData(index, list(val_files), identities({**checksums, **val_files}), report)
 
 # -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
@@ -1548,7 +1547,7 @@ class Trainer:
         self.metrics = torch.zeros(schedule.total_steps, 3, device=rt.device)
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
-        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
+        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, fingerprint(data.shards))
         watchdog = Watchdog(hp.dist_timeout, rt.rank, log) if rt.distributed else None  # a peer that died: no hang
         self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
                                             self.checkpoints, log, watchdog)
@@ -1819,9 +1818,8 @@ def main(argv: list[str] | None = None) -> int:
         check_log_place(hp)
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
-        if resume and resume["data"] != data.fingerprint:
-            raise UserError(f"the shards are not those the checkpoint was cut from (names, sizes or tokens "
-                            f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
+        need(not resume or resume["data"] == fingerprint(data.shards), "the shards are not those the checkpoint was "
+             f"cut from (names, sizes or tokens differ: {hp.train_files!r}, {hp.val_files!r}); resume with its data")
         if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
             dist.barrier()
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
@@ -1856,7 +1854,7 @@ def fit_schedule(argv: list[str]) -> int:
     Returns 0, or exits with status 1 and one `error:` line: a bad setting or shard, or shards that cover not even one
     step per stage (check_data's refusal, which says what to change)."""
     hp = parse_args(argv, Hyperparameters, validate)[0]
-    index, sizes = index_train_shards(hp)
+    index, sizes, _ = index_train_shards(hp)
     starts = list(index.values())
     if (steps := longest_schedule(hp, starts, sizes)) is None:
         check_data(hp, Schedule(hp), world_size=1)  # raises: the shards cover less than the schedule

@@ -8,6 +8,7 @@ with a checkpoint that resumes, and a rank killed mid-step makes the other exit 
 """
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 import train_gpt as tg
-from data.shards import fingerprint, write_shard
+from data.shards import fingerprint, read_tokens, write_shard
 from harness import files
 from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
@@ -205,18 +206,62 @@ def test_replay_refuses_a_checkpoint(checkpoint):
     one_error_line(r.stderr, "is a checkpoint, not a capture")
 
 
-def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path):
+def data_fingerprint(train: str, val: str) -> str:
+    """The fingerprint check_data gives these shards (what checkpoints store and a resume compares)."""
+    hp = settings(TINY_FLAGS + ["--train_files", train, "--val_files", val, "--num_scheduled_steps", "6",
+                                "--num_extension_steps", "0"])
+    return fingerprint(tg.check_data(hp, tg.Schedule(hp), world_size=1).shards)
+
+
+def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path, synthetic_data):
     a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
-    write_shard(a / "s_000000.bin", list(range(1000)))
-    write_shard(b / "s_000000.bin", list(range(1000)))
-    assert fingerprint([a / "s_000000.bin"]) == fingerprint([b / "s_000000.bin"])
-    write_shard(b / "s_000000.bin", list(range(1, 1001)))  # the same name and size, other tokens
-    assert fingerprint([a / "s_000000.bin"]) != fingerprint([b / "s_000000.bin"])
+    for folder in (a, b):
+        shutil.copytree(Path(synthetic_data["train"]).parent, folder)
+    first = data_fingerprint(str(a / "synthetic_train_*.bin"), str(a / "synthetic_val_*.bin"))
+    assert first == data_fingerprint(str(b / "synthetic_train_*.bin"), str(b / "synthetic_val_*.bin"))
+    assert first != data_fingerprint(str(a / "synthetic_train_000000.bin"), str(a / "synthetic_val_*.bin"))
+
+
+@pytest.mark.parametrize("shard, edited", [("synthetic_train_000000.bin", slice(6_400, 12_400)),
+                                           ("synthetic_val_000000.bin", slice(100, 1_000))])
+def test_data_fingerprint_sees_an_edit_that_keeps_sizes_and_headers(tmp_path, synthetic_data, shard, edited):
+    """Each token id + 1 (mod 255, every BOS kept) over a stretch of a shard: sizes, headers and the documents'
+    places stay, and 16 samples of 64 tokens (the fingerprint before its checksums) missed it."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(synthetic_data["train"]).parent, data)
+    train, val = str(data / "synthetic_train_*.bin"), str(data / "synthetic_val_*.bin")
+    before = data_fingerprint(train, val)
+    tokens = read_tokens(data / shard)
+    part = tokens[edited]
+    part[part != 255] = (part[part != 255] + 1) % 255
+    write_shard(data / shard, tokens)
+    assert data_fingerprint(train, val) != before
+
+
+@pytest.mark.parametrize("val", ["the_file", "a_glob", "a_link", "a_copy"])
+def test_a_train_shard_is_no_validation_shard(tmp_path, synthetic_data, val):
+    """--val_files that names a train shard, by path (a glob, a symlink in another folder) or by content (its bytes
+    under another name), is refused in one line naming both files: the val loss would be of trained-on tokens."""
+    folder = Path(synthetic_data["train"]).parent
+    train = folder / "synthetic_train_000000.bin"
+    if val in ("a_link", "a_copy"):
+        (tmp_path / "v").mkdir()
+        other = tmp_path / "v" / "mine_val_000000.bin"
+        other.symlink_to(train) if val == "a_link" else shutil.copy(train, other)
+    pattern = {"the_file": str(train), "a_glob": str(folder / "*.bin")}.get(val) or str(tmp_path / "v" / "*.bin")
+    named = other if val in ("a_link", "a_copy") else train
+    with pytest.raises(UserError, match="validation shard .* the train shard .*: a val loss of trained-on tokens"):
+        data_fingerprint(synthetic_data["train"], pattern)
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", pattern, "--log_dir", str(tmp_path)]
+    check = run_script(flags + ["--check"])  # by path before any run; by content once the shards are read
+    if val == "a_copy":
+        assert check.returncode == 0, check.stderr
+        check = run_script(flags + ["--num_scheduled_steps", "6", "--num_extension_steps", "0"])
+    line = one_error_line(check.stderr, f"validation shard {named} is ", f"the train shard {train}")
+    assert ("a copy of" in line) == (val == "a_copy") and not list(tmp_path.glob("*.txt"))
 
 
 def test_resume_refuses_shards_written_anew_under_the_same_names(tmp_path, synthetic_data):
-    import shutil
     data = tmp_path / "data"
     shutil.copytree(Path(synthetic_data["train"]).parent, data)
     flags = TINY_FLAGS + ["--train_files", str(data / "synthetic_train_*.bin"), "--val_files",

@@ -638,7 +638,7 @@ def test_pieces_fill_micro_batches_of_one_token_less_with_nothing_skipped(tmp_pa
 
 def test_longest_schedule_is_the_longest_the_shards_cover(tmp_path):
     hp = data_settings(tmp_path, num_scheduled_steps=400)
-    index, sizes = tg.index_train_shards(hp)
+    index, sizes, _ = tg.index_train_shards(hp)
     starts = list(index.values())
 
     def covered(n: int) -> bool:
@@ -654,7 +654,7 @@ def test_fit_schedule_prints_the_longest_schedule_and_what_it_takes(tmp_path, ca
     """run.sh's plan on your shards: one line that starts with the steps; when none fit, check_data's refusal."""
     hp = data_settings(tmp_path)
     flags = [*TINY_FLAGS, "--train_files", hp.train_files, "--val_files", hp.val_files, "--num_extension_steps", "2"]
-    index, sizes = tg.index_train_shards(hp)
+    index, sizes, _ = tg.index_train_shards(hp)
     longest = tg.longest_schedule(dataclasses.replace(hp, num_scheduled_steps=400), list(index.values()), sizes)
     assert tg.fit_schedule([*flags, "--num_scheduled_steps", "400"]) == 0
     line = capsys.readouterr().out

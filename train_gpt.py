@@ -213,7 +213,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
-from harness.launch import Watchdog, form_group, read_launch  # noqa: E402
+from harness.launch import Watchdog, agree, form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -1818,10 +1818,10 @@ def main(argv: list[str] | None = None) -> int:
         check_log_place(hp)
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
+        if rt.distributed:  # the same run on every rank, each having checked --run_id before rank 0 creates its log
+            agree(dataclasses.asdict(hp), data.shards, rt.rank, rt.world_size)
         need(not resume or resume["data"] == fingerprint(data.shards), "the shards are not those the checkpoint was "
              f"cut from (names, sizes or tokens differ: {hp.train_files!r}, {hp.val_files!r}); resume with its data")
-        if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
-            dist.barrier()
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
         try:
             log(data.report)

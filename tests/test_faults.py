@@ -25,7 +25,7 @@ from harness import files
 from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.guard import NonFiniteError, Stopped, run_ending
-from harness.launch import read_launch
+from harness.launch import difference, read_launch
 from harness.log import Logger
 from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
 
@@ -87,6 +87,51 @@ def test_a_rank_that_dies_mid_run_stops_the_other_with_one_line(synthetic_data, 
     one_error_line(err, "rank 0")
 
 
+
+
+def start_ranks(flags: list[str], extra: dict[int, list[str]], tmp_path: Path) -> list[subprocess.Popen]:
+    """Two gloo ranks of train_gpt.py launched by hand, rank r with extra[r] after `flags` (as a per-rank wrapper
+    script that appends arguments would give them)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    return [subprocess.Popen([sys.executable, "train_gpt.py", *flags, *extra.get(r, [])], cwd=REPO, text=True,
+                             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE) for r in range(2)]
+
+
+@pytest.mark.parametrize("case", ["train_files", "setting"])
+def test_ranks_that_disagree_all_stop_before_the_first_step_naming_the_difference(synthetic_data, tmp_path, case):
+    """Rank 1 with other --train_files (the same shards, one edited, in another folder) trained on, with another
+    final val loss and no word; rank 1 with another setting alike. Now every rank stops at start-up with the same
+    line, within seconds (not --dist_timeout), and no log is written."""
+    other = tmp_path / "other"
+    shutil.copytree(Path(synthetic_data["train"]).parent, other)
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--warmup", "False",
+                          "--dist_timeout", "120", "--log_dir", str(tmp_path), "--run_id", "agree"]
+    extra, words = {"train_files": (["--train_files", str(other / "synthetic_train_*.bin")],
+                                    f"rank 1 has --train_files '{other}/synthetic_train_*.bin' where rank 0 has "
+                                    f"'{synthetic_data['train']}'"),
+                    "setting": (["--muon_lr", "0.02"], "rank 1 has --muon_lr 0.02 where rank 0 has 0.023")}[case]
+    start = time.time()
+    ranks = start_ranks(flags, {1: extra}, tmp_path)
+    for rank in ranks:
+        _, err = rank.communicate(timeout=120)
+        assert rank.returncode == 1, err[-2000:]
+        one_error_line(err, "the ranks disagree: " + words)
+    assert time.time() - start < 60 and not (tmp_path / "agree.txt").exists()
+
+
+def test_the_first_difference_between_ranks_is_named():
+    settings_0, shards_0 = {"seed": 0, "train_files": "a"}, ["a_0.bin (10 bytes, CRC-32 1)", "v.bin (5 bytes, CRC-32 2)"]
+    assert difference((settings_0, shards_0), (dict(settings_0), list(shards_0))) is None
+    assert difference((settings_0, shards_0), ({"seed": 1, "train_files": "b"}, shards_0)) == \
+        "--seed 1 where rank 0 has 0"
+    edited = ["a_0.bin (10 bytes, CRC-32 3)", shards_0[1]]
+    assert difference((settings_0, shards_0), (settings_0, edited)) == \
+        "read a_0.bin (10 bytes, CRC-32 3) where rank 0 read a_0.bin (10 bytes, CRC-32 1)"
+    assert difference((settings_0, shards_0), (settings_0, shards_0[:1])) == \
+        "read no shard where rank 0 read v.bin (5 bytes, CRC-32 2)"
 
 # --- how a run ends -------------------------------------------------------------------------------------
 

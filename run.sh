@@ -9,7 +9,7 @@
 #   ./run.sh --train_files 'mine/mine_train_*.bin' --val_files 'mine/mine_val_*.bin'   # on your shards
 #   ./run.sh --help               # every setting
 # Steps: tools/install.sh (installs what is unmet; its interpreter, python3 or .venv/bin/python, runs every later
-# step), the data (FineWeb download / synthetic shards; none with --train_files), `train_gpt.py ... --check` (the
+# step), the data (FineWeb download / synthetic shards; none with --train_files), `train_gpt.py --check ...` (the
 # settings and the data: a mistake stops here with one line), on your shards without a GPU the plan (the longest
 # schedule, up to 100 + 4 steps, that they cover: one line, `N scheduled steps (+ 4; 100 asked) fit the train
 # shards: they take ...`; skipped when you give --num_scheduled_steps), then the training:
@@ -172,8 +172,9 @@ else
     run_py data/synthetic.py
 fi
 
-# The settings (and the data), before the training starts: a mistake costs seconds and one line.
-run_py train_gpt.py "${ALL_ARGS[@]}" --check
+# The settings (and the data), before the training starts: a mistake costs seconds and one line. --check comes first:
+# yours come last, where a flag missing its value (`--log_dir`, last) finds none instead of swallowing run.sh's own.
+run_py train_gpt.py --check "${ALL_ARGS[@]}"
 
 # Your shards on the CPU: the longest schedule, up to 100 + 4 steps, that they cover; its line starts with the number
 # of scheduled steps (train_gpt.fit_schedule).

@@ -4,22 +4,32 @@
 #   ./test.sh                          # everything; without a GPU, Triton runs interpreted, GPU-only cases skip
 #   ./test.sh tests/test_data.py -x    # arguments go to pytest
 #   ./test.sh -n 8                     # with pytest-xdist (optional: python3 -m pip install pytest-xdist)
-# A bad argument (a test file that is not there, an option pytest does not know) is one `error:` line; Ctrl-C
-# stops with pytest's own short report.
+# A bad argument (a test file or test that is not there, a file that holds no tests, an option pytest does not
+# know) is one `error:` line; Ctrl-C stops with pytest's own short report.
 set -euo pipefail
 cd "$(dirname "$0")"
 trap 'exit 130' INT
 
 PY=$(tools/install.sh --print-python)
 
+# A path (not an option's value) that names no test: pytest would say so in two lines, after collecting nothing.
+refuse() {  # WHAT PATH: one line, the path as the shell would read it back (a newline in it shows as \n)
+    local shown=$2
+    [[ $shown == *[[:cntrl:]]* ]] && shown=$(printf '%q' "$2")
+    echo "error: $1: $shown (./test.sh runs tests/ unless given paths: test files, folders, file.py::test_name)" >&2
+    exit 4
+}
 paths=0 prev=
 for arg in "$@"; do
-    if [[ $arg != -* && -e ${arg%%::*} ]]; then
+    file=${arg%%::*} node=${arg#*::} && node=${node%%::*} && node=${node%%\[*}  # a function or class name
+    if [[ $arg != -* && -e $file ]]; then
+        [[ -d $file || $file == *.py ]] || refuse "not a test file or folder" "$arg"
+        # the test a node id names is a function or class at the top of its file (or a class's method: its class)
+        [[ $arg != *::* ]] || grep -qE "^(async def|def|class) $node\b" "$file" ||
+            refuse "no such test" "$arg"
         paths=1
     elif [[ $arg != -* && $prev != -* && ( $arg == */* || $arg == *.py || $arg == *::* ) ]]; then
-        # a path, not an option's value: pytest would say so in two lines, after collecting nothing
-        echo "error: no such test file or folder: ${arg%%::*} (./test.sh runs tests/ unless given paths)" >&2
-        exit 4
+        refuse "no such test file or folder" "$file"
     fi
     prev=$arg
 done
@@ -39,6 +49,11 @@ one_line_usage_errors() {
             :
         elif [[ $line == "ERROR: file or directory not found: "* ]]; then
             echo "error: ${line#ERROR: }"
+        elif [[ $line == "ERROR: not found: "* ]]; then  # a test id of no test (e.g. a parameter's): then its "(no match in"
+            usage=1
+            echo "error: no such test: ${line#ERROR: not found: }"
+        elif (( usage )) && [[ $line == "(no match in any of "* ]]; then
+            :
         else
             usage=0
             printf '%s\n' "$line"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from data.shards import find_shards
+from data.shards import check_roles, find_shards, identities
 from harness import compile_helpers
 from harness.cli import UserError, program
 from harness.settings import need, parse_args, runtime
@@ -108,7 +108,6 @@ class Hyperparameters:
     emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
 
 
-
 def validate(hp: Hyperparameters):
     """Every setting in range and every rule between settings met, else a one-line error naming the flag and a valid
     value: before anything is loaded or built."""
@@ -139,8 +138,7 @@ def validate(hp: Hyperparameters):
     windows = hp.stage_windows
     need(len(windows) == STAGES + 1 and all(len(w) == 2 and all(isinstance(b, int) and b > 0 for b in w)
                                             and w[0] <= w[1] for w in windows),
-         f"--stage_windows {windows!r} needs {STAGES + 1} (short, long) pairs of positive block counts with short "
-         "<= long")
+         f"--stage_windows {windows!r} needs {STAGES + 1} (short, long) pairs of positive block counts, short <= long")
     longs = [w[1] for w in windows] + [hp.final_long_window]
     need(all(a <= b for a, b in zip(longs, longs[1:])),
          f"--stage_windows long windows {longs[:-1]} and --final_long_window {hp.final_long_window} may only grow "
@@ -178,8 +176,13 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
-    total = hp.num_scheduled_steps + hp.num_extension_steps
-    need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
+    total = hp.num_scheduled_steps + hp.num_extension_steps  # a setting that cannot take effect in the run is refused
+    extent = f"this run's {total} steps (0 to {total - 1}: --num_scheduled_steps + --num_extension_steps)"
+    need(-1 <= hp.inject_fault_step < total, f"--inject_fault_step {hp.inject_fault_step} must be -1 or in {extent}")
+    for name in ("val_every", "guard_every", "checkpoint_every"):  # the record's defaults may outlast a short run
+        need(getattr(hp, name) in (0, getattr(defaults, name)) or getattr(hp, name) <= total,
+             f"--{name} {getattr(hp, name)} is past the end of {extent}: at most {total}, or 0 (off)")
+    need(not (hp.sync_debug and hp.device == "cpu"), "--sync_debug True warns of CUDA syncs: --device cpu has none")
     need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
     need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
          f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
@@ -189,14 +192,12 @@ def validate(hp: Hyperparameters):
     need(hp.dist_timeout > 0, f"--dist_timeout {hp.dist_timeout} must be positive seconds, e.g. 300")
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
-         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last), "
-         f"within the run's {total} steps")
+         f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
     need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
 
 
-def check_files(hp: Hyperparameters):
-    """--check: the data globs match shard files (their contents are checked when a run starts)."""
-    find_shards(hp.train_files, "train"), find_shards(hp.val_files, "val")
+def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles (contents: at start)
+    check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
 if __name__ == "__main__":  # --help, --check and setting errors answer before the heavy imports below
@@ -212,7 +213,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
-from harness.launch import Watchdog, form_group, read_launch  # noqa: E402
+from harness.launch import Watchdog, agree, form_group, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -1296,7 +1297,7 @@ class ValData:
 class CheckedData:
     train: dict[Path, np.ndarray]  # the train shards in order, with their sequence starts (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
-    fingerprint: str  # of both sets: checkpoints and captures name the data they were cut from
+    shards: list[str]  # each file read, train then val: name, size, checksum (data/shards.py: identities, fingerprint)
     report: str  # for the log
 
 
@@ -1308,14 +1309,14 @@ def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
     return np.repeat(bos, pieces) + max_tokens * index_in_document
 
 
-def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int]]:
+def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int], dict[Path, int]]:
     """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
-    ({path: sequence starts}, sizes). The starts are the BOS positions; with --max_doc_tokens, those of the pieces."""
-    index = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    ({path: sequence starts}, sizes, {path: checksum}); the starts are the BOS positions, or the pieces' ones."""
+    index, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     sizes = [read_header(f) for f in index]
     if hp.max_doc_tokens:
         index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
-    return index, sizes
+    return index, sizes, checksums
 
 
 def cover(schedule: "Schedule", starts: list[np.ndarray], sizes: list[int]) -> tuple[int, int, int]:
@@ -1354,11 +1355,11 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
     tokens the run reads, and whether the train shards cover the schedule: the loader's cuts, run over the sequence
     starts alone."""
     per_step = hp.val_micro_batch_tokens * world_size
-    if hp.val_tokens % per_step:
-        raise UserError(f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens x world size "
-                        f"= {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
-    index, sizes = index_train_shards(hp)
+    need(hp.val_tokens % per_step == 0, f"--val_tokens {hp.val_tokens} must be a multiple of --val_micro_batch_tokens "
+         f"x world size = {hp.val_micro_batch_tokens} x {world_size} = {per_step}")
+    index, sizes, checksums = index_train_shards(hp)
     val_files = check_val_shards(hp.val_files, hp.val_tokens + 1, hp.vocab_size)  # the last target is one more
+    check_roles(checksums, val_files)
     files, starts = list(index), list(index.values())
     covered, shard, taken = cover(schedule, starts, sizes)
     if covered < schedule.total_steps:
@@ -1377,7 +1378,7 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
               f"take {taken:,} of them (documents {pieces}cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and "
               f"end in shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
               f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
-    return CheckedData(index, val_files, fingerprint([*files, *val_files]), report)
+    return CheckedData(index, list(val_files), identities({**checksums, **val_files}), report)
 
 # -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
@@ -1546,7 +1547,7 @@ class Trainer:
         self.metrics = torch.zeros(schedule.total_steps, 3, device=rt.device)
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
-        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
+        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, fingerprint(data.shards))
         watchdog = Watchdog(hp.dist_timeout, rt.rank, log, peers=rt.distributed)  # a stall ends the run: no hang
         self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
                                             self.checkpoints, log, watchdog)
@@ -1821,11 +1822,10 @@ def main(argv: list[str] | None = None) -> int:
         check_log_place(hp)
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
-        if resume and resume["data"] != data.fingerprint:
-            raise UserError(f"the shards are not those the checkpoint was cut from (names, sizes or tokens "
-                            f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
-        if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
-            dist.barrier()
+        if rt.distributed:  # the same run on every rank, each having checked --run_id before rank 0 creates its log
+            agree(dataclasses.asdict(hp), data.shards, rt.rank, rt.world_size)
+        need(not resume or resume["data"] == fingerprint(data.shards), "the shards are not those the checkpoint was "
+             f"cut from (names, sizes or tokens differ: {hp.train_files!r}, {hp.val_files!r}); resume with its data")
         log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
         try:
             log(data.report)
@@ -1858,7 +1858,7 @@ def fit_schedule(argv: list[str]) -> int:
     Returns 0, or exits with status 1 and one `error:` line: a bad setting or shard, or shards that cover not even one
     step per stage (check_data's refusal, which says what to change)."""
     hp = parse_args(argv, Hyperparameters, validate)[0]
-    index, sizes = index_train_shards(hp)
+    index, sizes, _ = index_train_shards(hp)
     starts = list(index.values())
     if (steps := longest_schedule(hp, starts, sizes)) is None:
         check_data(hp, Schedule(hp), world_size=1)  # raises: the shards cover less than the schedule

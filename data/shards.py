@@ -8,6 +8,7 @@ Every document starts with the separator token (`bos_id`, GPT-2's <|endoftext|>)
 import glob
 import hashlib
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -109,52 +110,68 @@ def _check_ids(path, tokens: np.ndarray, vocab_size: int):
                         "was it tokenized for another vocabulary? (set --vocab_size/--bos_id)")
 
 
-def scan_shard(path, bos_id: int, vocab_size: int) -> np.ndarray:
-    """Check a shard's header and token ids, memory-mapped; returns the positions of its document separators."""
+def checksum(tokens: np.ndarray) -> int:
+    """CRC-32 of tokens (a shard's, memory-mapped): an edit that keeps sizes and headers shows. Of the checks tried on
+    1 GB of tokens in memory, the cheapest: 0.15 s on one core, against SHA-256's 0.50 s and BLAKE2b's 0.73 s (the
+    scan's search for separators took 1.2 s). Not against tampering: against edits and mix-ups."""
+    return zlib.crc32(tokens)
+
+
+def scan_shard(path, bos_id: int, vocab_size: int) -> tuple[np.ndarray, int]:
+    """Check a shard's header and token ids, memory-mapped: (the positions of its document separators, checksum)."""
     tokens = memmap_tokens(path)
     _check_ids(path, tokens, vocab_size)
-    return np.flatnonzero(tokens == bos_id)
+    return np.flatnonzero(tokens == bos_id), checksum(tokens)
 
 
-def scan_train_shards(pattern: str, bos_id: int, vocab_size: int) -> dict[Path, np.ndarray]:
-    """Every train shard checked (in parallel) and indexed: {path: separator positions}, in name order."""
+def scan_train_shards(pattern: str, bos_id: int, vocab_size: int) -> tuple[dict[Path, np.ndarray], dict[Path, int]]:
+    """Every train shard checked (in parallel) and indexed, in name order: ({path: separator positions},
+    {path: checksum of its tokens})."""
     files = find_shards(pattern, "train")
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        index = dict(zip(files, pool.map(lambda f: scan_shard(f, bos_id, vocab_size), files)))
-    for f, bos in index.items():
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:  # numpy and zlib let go of the GIL
+        scans = dict(zip(files, pool.map(lambda f: scan_shard(f, bos_id, vocab_size), files)))
+    for f, (bos, _) in scans.items():
         if bos.size == 0:
             raise UserError(f"{f}: no document separator (token {bos_id}) in the shard: every document must start "
                             "with one; check --bos_id, or tokenize with data/tokenize_text.py")
-    return index
+    return {f: bos for f, (bos, _) in scans.items()}, {f: crc for f, (_, crc) in scans.items()}
 
 
-def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> list[Path]:
-    """The validation shards that hold the first `num_tokens` tokens, with those tokens' ids checked."""
-    used, have = [], 0
+def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> dict[Path, int]:
+    """The validation shards that hold the first `num_tokens` tokens, with those tokens' ids checked:
+    {path: checksum of all its tokens} (a whole file's, to compare with the train shards': check_roles)."""
+    used, have = {}, 0
     for f in find_shards(pattern, "val"):
         if have >= num_tokens:
             break
-        tokens = memmap_tokens(f)[:num_tokens - have]
-        _check_ids(f, tokens, vocab_size)
-        used.append(f)
-        have += tokens.size
+        tokens = memmap_tokens(f)
+        _check_ids(f, tokens[:num_tokens - have], vocab_size)
+        used[f] = checksum(tokens)
+        have += min(tokens.size, num_tokens - have)
     if have < num_tokens:
         raise UserError(f"validation shards {pattern!r} hold {have:,} tokens but the run reads {num_tokens:,} "
                         f"(--val_tokens and one more, the last target); lower --val_tokens or add validation data")
     return used
 
 
-def fingerprint(paths) -> str:
-    """A cheap identity of a shard set, for checkpoints to name the data they were cut from: each file's name (not
-    its folder: the data may move), size, header and 16 samples of 64 tokens spread over it, not a hash of
-    gigabytes. Shards written anew under the same names differ."""
-    digest = hashlib.sha256()
-    for path in map(Path, paths):
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
-        with open(path, "rb") as f:
-            digest.update(f.read(HEADER_BYTES))
-            for i in range(16):
-                f.seek(HEADER_BYTES + (size - HEADER_BYTES) * i // 16 // 2 * 2)
-                digest.update(f.read(128))
-    return digest.hexdigest()[:16]
+def check_roles(train: dict[Path, int | None], val: dict[Path, int | None]):
+    """A file has one role: no validation shard is a train shard, by path (symlinks resolved) or by content (the same
+    size and checksum under another name; None: not read yet), else the val loss is of trained-on tokens."""
+    paths = {f.resolve(): f for f in train}
+    contents = {(f.stat().st_size, crc): f for f, crc in train.items() if crc is not None}
+    for f, crc in val.items():
+        same = paths.get(f.resolve())
+        if twin := same or (crc is not None and contents.get((f.stat().st_size, crc))):
+            raise UserError(f"validation shard {f} is {'' if same else 'a copy of '}the train shard {twin}: a val loss "
+                            "of trained-on tokens says nothing; give --val_files shards of their own")
+
+
+def identities(checksums: dict[Path, int]) -> list[str]:
+    """Each shard's identity: its name (not its folder: the data may move), size and the checksum of its tokens."""
+    return [f"{f.name} ({f.stat().st_size:,} bytes, CRC-32 {crc:08x})" for f, crc in checksums.items()]
+
+
+def fingerprint(shards: list[str]) -> str:
+    """A shard set's identity(), short: checkpoints and captures name the data they were cut from. Shards written anew
+    under the same names, or edited, differ."""
+    return hashlib.sha256("\n".join(shards).encode()).hexdigest()[:16]

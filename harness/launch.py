@@ -1,6 +1,9 @@
 """The launch: the environment torchrun (or a person) sets for each process, checked with one-line errors; the
-process group formed within a bounded wait; and a watchdog that ends a process whose peers stopped answering."""
+process group formed within a bounded wait; every rank's settings and data agreed; and a watchdog that ends a process
+whose peers stopped answering."""
 import datetime
+import hashlib
+import itertools
 import os
 import signal
 import threading
@@ -99,3 +102,29 @@ def peer_failure(error: BaseException) -> str | None:
         return None
     return (f"error: rank {os.environ.get('RANK', 0)}: a collective with the other processes failed, most likely because "
             f"one of them died or hangs (see its log): {(text.splitlines() or [''])[0][:300]}")
+
+
+
+def agree(settings: dict, shards: list[str], rank: int, world_size: int):
+    """Every rank runs what rank 0 runs, before anything is built: the same settings and data (each shard's identity,
+    data/shards.py), else every rank stops with the same line naming the first difference. One all-gather of a short
+    hash (also a barrier), then, where the hashes differ, one of the values: no rank is left waiting."""
+    import torch.distributed as dist
+    ours = (settings, shards)
+    hashes = [None] * world_size
+    dist.all_gather_object(hashes, hashlib.sha256(repr(ours).encode()).hexdigest()[:16])
+    if len(set(hashes)) > 1:
+        every = [None] * world_size
+        dist.all_gather_object(every, ours)
+        r, what = next((r, d) for r in range(1, world_size) if (d := difference(every[0], every[r])))
+        raise UserError(f"the ranks disagree: rank {r} has {what}; every rank must run the same settings on the same "
+                        "data (the same command line, and the same shards on every machine)")
+
+
+def difference(first: tuple[dict, list[str]], other: tuple[dict, list[str]]) -> str | None:
+    """The first difference of another rank's (settings, shards) from rank 0's, in words; None where there is none."""
+    (settings, shards), (theirs, their_shards) = first, other
+    if name := next((k for k in settings if settings[k] != theirs.get(k)), None):
+        return f"--{name} {theirs.get(name)!r} where rank 0 has {settings[name]!r}"
+    pairs = itertools.zip_longest(shards, their_shards, fillvalue="no shard")
+    return next((f"read {b} where rank 0 read {a}" for a, b in pairs if a != b), None)

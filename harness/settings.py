@@ -73,8 +73,9 @@ def parse_args(argv: list[str], cls, validate, check=None):
             name, text = token[2:].split("=", 1)
             i += 1
         else:
-            if i + 1 >= len(argv):
-                raise UserError(f"{token} needs a value")
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):  # a flag is no value: a wrapper's --check
+                raise UserError(f"{token} needs a value" + (f", not the flag {argv[i + 1]} (write {token}=VALUE for a "
+                                                             "value that starts with --)" if i + 1 < len(argv) else ""))
             name, text = token[2:], argv[i + 1]
             i += 2
         if name not in fields:

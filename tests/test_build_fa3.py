@@ -93,7 +93,7 @@ def test_free_space_is_measured_where_out_goes(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing", "not_a_checkout", "no_cutlass", "unknown_flag", "out_is_a_file",
-                                  "out_under_a_file"])
+                                  "out_under_a_file", "src_without_value"])
 def test_bad_arguments_give_one_line(tmp_path, case):
     out = tmp_path / "out"
     if case.startswith("out_"):
@@ -104,6 +104,8 @@ def test_bad_arguments_give_one_line(tmp_path, case):
         args, expect = ["--src", fake_sources(tmp_path / "fa3")], f"--out {out}{where} is a file; name a folder"
     elif case == "missing":
         args, expect = ["--src", tmp_path / "nowhere"], "no such folder"
+    elif case == "src_without_value":  # the --out below is no folder of --src's
+        args, expect = ["--src"], "--src needs a folder"
     elif case == "not_a_checkout":
         args, expect = ["--src", tmp_path], "no hopper/setup.py"
     elif case == "no_cutlass":

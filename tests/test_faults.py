@@ -8,6 +8,7 @@ with a checkpoint that resumes, and a rank killed mid-step makes the other exit 
 """
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,12 +20,12 @@ import pytest
 import torch
 
 import train_gpt as tg
-from data.shards import fingerprint, write_shard
+from data.shards import fingerprint, read_tokens, write_shard
 from harness import files
 from harness.cli import UserError, program
 from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, save_atomically
 from harness.guard import NonFiniteError, Stopped, run_ending
-from harness.launch import Watchdog, read_launch
+from harness.launch import Watchdog, difference, read_launch
 from harness.log import Logger
 from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_runtime, cpu_trainer, one_error_line, run_script, settings,
                          tiny_model)
@@ -120,6 +121,51 @@ def test_a_rank_that_dies_mid_run_stops_the_other_with_one_line(synthetic_data, 
     one_error_line(err, "rank 0")
 
 
+
+
+def start_ranks(flags: list[str], extra: dict[int, list[str]], tmp_path: Path) -> list[subprocess.Popen]:
+    """Two gloo ranks of train_gpt.py launched by hand, rank r with extra[r] after `flags` (as a per-rank wrapper
+    script that appends arguments would give them)."""
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "WORLD_SIZE": "2",
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    return [subprocess.Popen([sys.executable, "train_gpt.py", *flags, *extra.get(r, [])], cwd=REPO, text=True,
+                             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE) for r in range(2)]
+
+
+@pytest.mark.parametrize("case", ["train_files", "setting"])
+def test_ranks_that_disagree_all_stop_before_the_first_step_naming_the_difference(synthetic_data, tmp_path, case):
+    """Rank 1 with other --train_files (the same shards, one edited, in another folder) trained on, with another
+    final val loss and no word; rank 1 with another setting alike. Now every rank stops at start-up with the same
+    line, within seconds (not --dist_timeout), and no log is written."""
+    other = tmp_path / "other"
+    shutil.copytree(Path(synthetic_data["train"]).parent, other)
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "6", "--num_extension_steps", "0", "--warmup", "False",
+                          "--dist_timeout", "120", "--log_dir", str(tmp_path), "--run_id", "agree"]
+    extra, words = {"train_files": (["--train_files", str(other / "synthetic_train_*.bin")],
+                                    f"rank 1 has --train_files '{other}/synthetic_train_*.bin' where rank 0 has "
+                                    f"'{synthetic_data['train']}'"),
+                    "setting": (["--muon_lr", "0.02"], "rank 1 has --muon_lr 0.02 where rank 0 has 0.023")}[case]
+    start = time.time()
+    ranks = start_ranks(flags, {1: extra}, tmp_path)
+    for rank in ranks:
+        _, err = rank.communicate(timeout=120)
+        assert rank.returncode == 1, err[-2000:]
+        one_error_line(err, "the ranks disagree: " + words)
+    assert time.time() - start < 60 and not (tmp_path / "agree.txt").exists()
+
+
+def test_the_first_difference_between_ranks_is_named():
+    settings_0, shards_0 = {"seed": 0, "train_files": "a"}, ["a_0.bin (10 bytes, CRC-32 1)", "v.bin (5 bytes, CRC-32 2)"]
+    assert difference((settings_0, shards_0), (dict(settings_0), list(shards_0))) is None
+    assert difference((settings_0, shards_0), ({"seed": 1, "train_files": "b"}, shards_0)) == \
+        "--seed 1 where rank 0 has 0"
+    edited = ["a_0.bin (10 bytes, CRC-32 3)", shards_0[1]]
+    assert difference((settings_0, shards_0), (settings_0, edited)) == \
+        "read a_0.bin (10 bytes, CRC-32 3) where rank 0 read a_0.bin (10 bytes, CRC-32 1)"
+    assert difference((settings_0, shards_0), (settings_0, shards_0[:1])) == \
+        "read no shard where rank 0 read v.bin (5 bytes, CRC-32 2)"
 
 # --- how a run ends -------------------------------------------------------------------------------------
 
@@ -239,18 +285,62 @@ def test_replay_refuses_a_checkpoint(checkpoint):
     one_error_line(r.stderr, "is a checkpoint, not a capture")
 
 
-def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path):
+def data_fingerprint(train: str, val: str) -> str:
+    """The fingerprint check_data gives these shards (what checkpoints store and a resume compares)."""
+    hp = settings(TINY_FLAGS + ["--train_files", train, "--val_files", val, "--num_scheduled_steps", "6",
+                                "--num_extension_steps", "0"])
+    return fingerprint(tg.check_data(hp, tg.Schedule(hp), world_size=1).shards)
+
+
+def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path, synthetic_data):
     a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir(), b.mkdir()
-    write_shard(a / "s_000000.bin", list(range(1000)))
-    write_shard(b / "s_000000.bin", list(range(1000)))
-    assert fingerprint([a / "s_000000.bin"]) == fingerprint([b / "s_000000.bin"])
-    write_shard(b / "s_000000.bin", list(range(1, 1001)))  # the same name and size, other tokens
-    assert fingerprint([a / "s_000000.bin"]) != fingerprint([b / "s_000000.bin"])
+    for folder in (a, b):
+        shutil.copytree(Path(synthetic_data["train"]).parent, folder)
+    first = data_fingerprint(str(a / "synthetic_train_*.bin"), str(a / "synthetic_val_*.bin"))
+    assert first == data_fingerprint(str(b / "synthetic_train_*.bin"), str(b / "synthetic_val_*.bin"))
+    assert first != data_fingerprint(str(a / "synthetic_train_000000.bin"), str(a / "synthetic_val_*.bin"))
+
+
+@pytest.mark.parametrize("shard, edited", [("synthetic_train_000000.bin", slice(6_400, 12_400)),
+                                           ("synthetic_val_000000.bin", slice(100, 1_000))])
+def test_data_fingerprint_sees_an_edit_that_keeps_sizes_and_headers(tmp_path, synthetic_data, shard, edited):
+    """Each token id + 1 (mod 255, every BOS kept) over a stretch of a shard: sizes, headers and the documents'
+    places stay, and 16 samples of 64 tokens (the fingerprint before its checksums) missed it."""
+    data = tmp_path / "data"
+    shutil.copytree(Path(synthetic_data["train"]).parent, data)
+    train, val = str(data / "synthetic_train_*.bin"), str(data / "synthetic_val_*.bin")
+    before = data_fingerprint(train, val)
+    tokens = read_tokens(data / shard)
+    part = tokens[edited]
+    part[part != 255] = (part[part != 255] + 1) % 255
+    write_shard(data / shard, tokens)
+    assert data_fingerprint(train, val) != before
+
+
+@pytest.mark.parametrize("val", ["the_file", "a_glob", "a_link", "a_copy"])
+def test_a_train_shard_is_no_validation_shard(tmp_path, synthetic_data, val):
+    """--val_files that names a train shard, by path (a glob, a symlink in another folder) or by content (its bytes
+    under another name), is refused in one line naming both files: the val loss would be of trained-on tokens."""
+    folder = Path(synthetic_data["train"]).parent
+    train = folder / "synthetic_train_000000.bin"
+    if val in ("a_link", "a_copy"):
+        (tmp_path / "v").mkdir()
+        other = tmp_path / "v" / "mine_val_000000.bin"
+        other.symlink_to(train) if val == "a_link" else shutil.copy(train, other)
+    pattern = {"the_file": str(train), "a_glob": str(folder / "*.bin")}.get(val) or str(tmp_path / "v" / "*.bin")
+    named = other if val in ("a_link", "a_copy") else train
+    with pytest.raises(UserError, match="validation shard .* the train shard .*: a val loss of trained-on tokens"):
+        data_fingerprint(synthetic_data["train"], pattern)
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", pattern, "--log_dir", str(tmp_path)]
+    check = run_script(flags + ["--check"])  # by path before any run; by content once the shards are read
+    if val == "a_copy":
+        assert check.returncode == 0, check.stderr
+        check = run_script(flags + ["--num_scheduled_steps", "6", "--num_extension_steps", "0"])
+    line = one_error_line(check.stderr, f"validation shard {named} is ", f"the train shard {train}")
+    assert ("a copy of" in line) == (val == "a_copy") and not list(tmp_path.glob("*.txt"))
 
 
 def test_resume_refuses_shards_written_anew_under_the_same_names(tmp_path, synthetic_data):
-    import shutil
     data = tmp_path / "data"
     shutil.copytree(Path(synthetic_data["train"]).parent, data)
     flags = TINY_FLAGS + ["--train_files", str(data / "synthetic_train_*.bin"), "--val_files",

@@ -46,6 +46,8 @@ def test_parse_args_forms_and_types():
     (["--val_tokens", "many"], "--val_tokens"),
     (["--val_tokens", "1.5"], "expects an int"),
     (["--seed"], "needs a value"),
+    (["--log_dir", "--check"], "--log_dir needs a value, not the flag --check"),  # a wrapper's own flag, appended
+    (["--train_files", "--run_id", "x"], "--train_files needs a value, not the flag --run_id"),
     (["val_tokens", "3"], "unexpected argument"),
     # one validation pass over the whole configuration: one line naming the flag and a valid value
     (["--head_dim", "30", "--model_dim", "60"], "--model_dim 60 must be a multiple of 8"),
@@ -56,7 +58,7 @@ def test_parse_args_forms_and_types():
     (["--seed", str(2**70)], f"--seed {2**70} must be in [0, 2**63)"),
     (["--adam_lr", "1e999"], "--adam_lr inf must be finite"),
     (["--stage_mtp_weights", "(((0.0,), (0.0,)), ((1.0,), (1.0,)), ((1.0,), (1.0,)))"], "none all zero"),
-    (["--profile_steps", "1400:1500"], "within the run's 1490 steps"),
+    (["--profile_steps", "1400:1500"], "in this run's 1490 steps"),
     (["--dist_timeout", "0"], "--dist_timeout 0.0 must be positive seconds"),
     (["--val_micro_batch_tokens", "0"], "must be a positive multiple of --val_micro_batch_tokens 0"),
     (["--micro_batch_tokens", "(0, 128, 192)"], "--micro_batch_tokens (0, 128, 192) needs 3 positive integers"),
@@ -77,6 +79,33 @@ def test_parse_args_forms_and_types():
 def test_parse_args_errors(argv, message):
     with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
+
+
+SHORT = ["--num_scheduled_steps", "6", "--num_extension_steps", "2"]  # a run of 8 steps, 0 to 7
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--inject_fault_step", "8"], "--inject_fault_step 8 must be -1 or in this run's 8 steps (0 to 7: "
+                                   "--num_scheduled_steps + --num_extension_steps)"),
+    (["--val_every", "9"], "--val_every 9 is past the end of this run's 8 steps (0 to 7: --num_scheduled_steps + "
+                           "--num_extension_steps): at most 8, or 0 (off)"),
+    (["--guard_every", "9"], "--guard_every 9 is past the end of this run's 8 steps"),
+    (["--checkpoint_every", "100"], "--checkpoint_every 100 is past the end of this run's 8 steps"),
+    (["--profile_steps", "7:9"], "--profile_steps '7:9' must look like 100:103 (first step, step after the last) in "
+                                 "this run's 8 steps"),
+    (["--sync_debug", "True", "--device", "cpu"], "--sync_debug True warns of CUDA syncs: --device cpu has none"),
+])
+def test_a_setting_that_cannot_take_effect_is_refused_naming_the_runs_extent(argv, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        settings(SHORT + argv)
+
+
+@pytest.mark.parametrize("argv", [[], ["--inject_fault_step", "7"], ["--val_every", "8"], ["--guard_every", "8"],
+                                  ["--checkpoint_every", "8"], ["--profile_steps", "7:8"], ["--sync_debug", "True"]])
+def test_a_setting_within_the_run_or_a_default_cadence_is_taken(argv):
+    """The last step, a cadence of the run's length, and the record's default cadences (validate every 250, guard every
+    50) in a short run, as the CPU demo and the tests run them."""
+    assert settings(SHORT + argv).num_scheduled_steps == 6
 
 
 def test_a_sequence_may_fill_a_micro_batch_and_its_last_target():
@@ -619,7 +648,7 @@ def test_pieces_fill_micro_batches_of_one_token_less_with_nothing_skipped(tmp_pa
 
 def test_longest_schedule_is_the_longest_the_shards_cover(tmp_path):
     hp = data_settings(tmp_path, num_scheduled_steps=400)
-    index, sizes = tg.index_train_shards(hp)
+    index, sizes, _ = tg.index_train_shards(hp)
     starts = list(index.values())
 
     def covered(n: int) -> bool:
@@ -635,7 +664,7 @@ def test_fit_schedule_prints_the_longest_schedule_and_what_it_takes(tmp_path, ca
     """run.sh's plan on your shards: one line that starts with the steps; when none fit, check_data's refusal."""
     hp = data_settings(tmp_path)
     flags = [*TINY_FLAGS, "--train_files", hp.train_files, "--val_files", hp.val_files, "--num_extension_steps", "2"]
-    index, sizes = tg.index_train_shards(hp)
+    index, sizes, _ = tg.index_train_shards(hp)
     longest = tg.longest_schedule(dataclasses.replace(hp, num_scheduled_steps=400), list(index.values()), sizes)
     assert tg.fit_schedule([*flags, "--num_scheduled_steps", "400"]) == 0
     line = capsys.readouterr().out

@@ -101,7 +101,7 @@ def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1, helper: str = "") -
 
 def shard_index(hp: tg.Hyperparameters) -> dict:
     """The train shards with their BOS positions, as check_data hands them to the loader."""
-    return scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
+    return scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)[0]
 
 
 def tiny_model(**overrides) -> tg.GPT:

@@ -45,6 +45,7 @@ REF_DIR=${REF_DIR:-$ROOT/.bench/reference}
 DRY=0
 
 die() { echo "error: $*" >&2; exit 2; }
+value() { [[ $# -ge 2 && $2 != --* ]] || die "$1 needs a value"; }  # OPTION "$@"-rest: never the next option
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 # Every run writes bytecode to one prefilled cache and imports FlashAttention-3 from /tmp/fa3 when it is there.
@@ -70,10 +71,10 @@ parse_run_options() {
     local by=""
     while (( $# )); do
         case $1 in
-            --gpus) GPUS=${2:?}; shift 2 ;;
-            --cache) CACHE=${2:?}; shift 2 ;;
-            --limit) LIMIT=${2:?}; shift 2 ;;
-            --by) by=${2:?}; shift 2 ;;
+            --gpus) value "$@"; GPUS=$2; shift 2 ;;
+            --cache) value "$@"; CACHE=$2; shift 2 ;;
+            --limit) value "$@"; LIMIT=$2; shift 2 ;;
+            --by) value "$@"; by=$2; shift 2 ;;
             --) shift; FLAGS=("$@"); break ;;
             *) die "unknown option '$1' for $CMD (options: --gpus --cache --limit --by, then -- and train_gpt.py's flags)" ;;
         esac
@@ -124,8 +125,8 @@ cmd_setup() {
     local shards=$ROOT/.bench/shards gpu=""
     while (( $# )); do
         case $1 in
-            --shards) shards=${2:?}; shift 2 ;;
-            --gpu) gpu=${2:?}; shift 2 ;;
+            --shards) value "$@"; shards=$2; shift 2 ;;
+            --gpu) value "$@"; gpu=$2; shift 2 ;;
             *) die "unknown option '$1' for setup (options: --shards DIR, --gpu NAME)" ;;
         esac
     done

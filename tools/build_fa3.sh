@@ -48,8 +48,8 @@ ver_ge() { [[ $(printf '%s\n' "$1" "$2" | sort -V | head -n1) == "$2" ]]; }  # $
 SRC_DIR="" OUT_DIR="$ROOT/.fa3" DRY=0
 while (( $# )); do
     case $1 in
-        --src) [[ $# -ge 2 ]] || die "--src needs a folder"; SRC_DIR=$2; shift 2 ;;
-        --out) [[ $# -ge 2 ]] || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
+        --src) [[ $# -ge 2 && $2 != --* ]] || die "--src needs a folder"; SRC_DIR=$2; shift 2 ;;
+        --out) [[ $# -ge 2 && $2 != --* ]] || die "--out needs a folder"; OUT_DIR=$2; shift 2 ;;
         --dry-run) DRY=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown argument '$1' (see tools/build_fa3.sh --help)" ;;

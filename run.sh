@@ -53,12 +53,6 @@ sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")'
 run_py() { "$PY" -c "$INTERRUPTIBLE" "$@"; }
 
-# train_gpt.py's plan for a CPU run on your shards (one line; Ctrl-C ends it without a traceback).
-FIT_SCHEDULE='import signal, sys
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-import train_gpt
-sys.exit(train_gpt.fit_schedule(sys.argv[1:]))'
-
 # torchrun (torch.distributed.run), with one line in place of its agent's tracebacks and log lines: a rank's
 # failure is the rank's own message (train_gpt.py's `error: ...`, or its traceback); a rank killed by a signal
 # gets a line here, since it could say nothing. Ctrl-C: the agent passes it on to the ranks (each in a session of
@@ -177,9 +171,9 @@ fi
 run_py train_gpt.py --check "${ALL_ARGS[@]}"
 
 # Your shards on the CPU: the longest schedule, up to 100 + 4 steps, that they cover; its line starts with the number
-# of scheduled steps (train_gpt.fit_schedule).
+# of scheduled steps (tools/fit_schedule.py).
 if (( NGPU == 0 && OWN_DATA && ! OWN_STEPS )); then
-    fit=$("$PY" -c "$FIT_SCHEDULE" "${ALL_ARGS[@]}")
+    fit=$(run_py tools/fit_schedule.py "${ALL_ARGS[@]}")
     echo "run.sh: $fit"
     ALL_ARGS=("${CPU_FLAGS[@]}" "${OWN_CPU_FLAGS[@]}" --num_scheduled_steps "${fit%% *}" "$@")
 fi

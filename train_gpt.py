@@ -12,7 +12,6 @@ log, guard, checkpoints, profiling) in harness/. Every knob lives in `Hyperparam
 `--name value` or `--name=value`. Importing the file runs nothing: main() sets up the process.
 """
 import contextlib
-import ctypes
 import dataclasses
 import math
 import os
@@ -213,7 +212,7 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
-from harness.launch import Watchdog, agree, form_group, read_launch  # noqa: E402
+from harness.launch import Watchdog, agree, form_group, keep_freed_memory, read_launch  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
@@ -246,19 +245,6 @@ def torch_settings():
     with (torch._dynamo.config.patch(dynamo), torch._inductor.config.patch(inductor),
           torch._functorch.config.patch(functorch)):
         yield
-
-
-def keep_freed_memory():
-    """CPU runs: malloc keeps freed memory for reuse. glibc's maps each block above 32 MB fresh from the kernel and
-    unmaps it when freed, so every LM-head tensor of a micro-batch (38 MB at 383 tokens of the GPT-2 vocabulary) and
-    every table-sized temporary of the Adam step is paid for again in page faults: a last-stage step of run.sh's
-    CPU model on your shards took 2.7 s of CPU time, 1.5 s with this (one core; its Adam step 1.1 s, 0.27 s). No
-    values change. A C library without mallopt keeps its ways."""
-    libc = ctypes.CDLL(None)
-    if hasattr(libc, "mallopt"):
-        M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # malloc.h: the heap's free top is kept below this; blocks mmap'd at most
-        libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
-        libc.mallopt(M_MMAP_MAX, 0)
 
 
 # -----------------------------------------------------------------------------
@@ -1848,25 +1834,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if rt.distributed:
             dist.destroy_process_group()
-    return 0
-
-
-@program
-def fit_schedule(argv: list[str]) -> int:
-    """run.sh's plan for a CPU run on your shards: print the longest num_scheduled_steps, at most the settings' own,
-    whose steps the train shards cover (cover()), and what those steps take, in one line that starts with the number.
-    Returns 0, or exits with status 1 and one `error:` line: a bad setting or shard, or shards that cover not even one
-    step per stage (check_data's refusal, which says what to change)."""
-    hp = parse_args(argv, Hyperparameters, validate)[0]
-    index, sizes, _ = index_train_shards(hp)
-    starts = list(index.values())
-    if (steps := longest_schedule(hp, starts, sizes)) is None:
-        check_data(hp, Schedule(hp), world_size=1)  # raises: the shards cover less than the schedule
-    taken, total = cover(Schedule(dataclasses.replace(hp, num_scheduled_steps=steps)), starts, sizes)[2], sum(sizes)
-    asked = "" if steps == hp.num_scheduled_steps else f"; {hp.num_scheduled_steps} asked"
-    pieces = f"; documents read in pieces of {hp.max_doc_tokens} tokens" if hp.max_doc_tokens else ""
-    print(f"{steps} scheduled steps (+ {hp.num_extension_steps}{asked}) fit the train shards: they take {taken:,} "
-          f"of their {total:,} tokens ({taken / total:.0%}{pieces})")
     return 0
 
 

@@ -129,13 +129,6 @@ import json, os, signal, sys, time
 from pathlib import Path
 
 
-def fit_schedule(argv):  # run.sh's plan on your shards: its arguments kept, a line printed (or a refusal)
-    Path("fit_args.json").write_text(json.dumps(argv))
-    if "--short" in argv:
-        sys.exit("error: the 1 train shard(s) cover 2 of the schedule's 64 steps")
-    print("42 scheduled steps (+ 4; 100 asked) fit the train shards: stub"); sys.exit(0)
-
-
 def main():
     if "--help" in sys.argv:
         print("stub help"); sys.exit(0)
@@ -169,13 +162,22 @@ def main():
 if __name__ == "__main__":
     main()
 """
+STUB_FIT = """\
+import json, sys
+from pathlib import Path
+Path("fit_args.json").write_text(json.dumps(sys.argv[1:]))  # run.sh's plan on your shards: its arguments kept
+if "--short" in sys.argv:
+    sys.exit("error: the 1 train shard(s) cover 2 of the schedule's 64 steps")
+print("42 scheduled steps (+ 4; 100 asked) fit the train shards: stub")
+"""
 STUB_DATA = "from pathlib import Path\nPath('data/{0}').mkdir(parents=True)\nprint('stub {0}')\n"
 STUB_SLOW_DATA = "import time\nfrom pathlib import Path\nPath('started').touch()\ntime.sleep(60)\n"
 
 
 @pytest.fixture
 def repo_copy(tmp_path):
-    """run.sh, test.sh, tools/install.sh and requirements.txt with stub train_gpt.py and data scripts."""
+    """run.sh, test.sh, tools/install.sh and requirements.txt with stub train_gpt.py, tools/fit_schedule.py and data
+    scripts."""
     root = tmp_path / "repo"
     (root / "tools").mkdir(parents=True)
     (root / "data").mkdir()
@@ -183,6 +185,7 @@ def repo_copy(tmp_path):
         shutil.copy2(REPO / rel, root / rel)
     write_locks(root, "stubpkg==1.0")
     (root / "train_gpt.py").write_text(STUB_TRAIN)
+    (root / "tools" / "fit_schedule.py").write_text(STUB_FIT)
     (root / "data" / "synthetic.py").write_text(STUB_DATA.format("synthetic"))
     (root / "data" / "download.py").write_text(STUB_DATA.format("fineweb10B"))
     return root

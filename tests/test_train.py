@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import train_gpt as tg
+from tools.fit_schedule import main as fit_schedule
 from data.shards import find_shards, read_tokens, write_shard
 from harness.cli import UserError
 from harness.report import compile_time_breakdown
@@ -118,8 +119,8 @@ def test_a_sequence_may_fill_a_micro_batch_and_its_last_target():
 def test_cpu_runs_keep_freed_memory(keep):
     """keep_freed_memory (main() on the CPU): memory a freed 64 MB block held serves the next 32 MB block, which
     glibc's malloc otherwise maps afresh from the kernel, at a page fault per 4 KB."""
-    code = ("import resource, sys, torch, train_gpt\n"
-            "if sys.argv[1] == 'True': train_gpt.keep_freed_memory()\n"
+    code = ("import resource, sys, torch\nfrom harness.launch import keep_freed_memory\n"
+            "if sys.argv[1] == 'True': keep_freed_memory()\n"
             "torch.ones(1 << 24)\n"  # 64 MB, written and freed
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
             "torch.ones(1 << 23)\n"
@@ -666,14 +667,14 @@ def test_fit_schedule_prints_the_longest_schedule_and_what_it_takes(tmp_path, ca
     flags = [*TINY_FLAGS, "--train_files", hp.train_files, "--val_files", hp.val_files, "--num_extension_steps", "2"]
     index, sizes, _ = tg.index_train_shards(hp)
     longest = tg.longest_schedule(dataclasses.replace(hp, num_scheduled_steps=400), list(index.values()), sizes)
-    assert tg.fit_schedule([*flags, "--num_scheduled_steps", "400"]) == 0
+    assert fit_schedule([*flags, "--num_scheduled_steps", "400"]) == 0
     line = capsys.readouterr().out
     assert line.startswith(f"{longest} scheduled steps (+ 2; 400 asked) fit the train shards: they take ")
     assert f"of their {sum(sizes):,} tokens (" in line and line.count("\n") == 1
-    assert tg.fit_schedule([*flags, "--num_scheduled_steps", "6", "--max_doc_tokens", "16"]) == 0
+    assert fit_schedule([*flags, "--num_scheduled_steps", "6", "--max_doc_tokens", "16"]) == 0
     assert capsys.readouterr().out.startswith("6 scheduled steps (+ 2) fit")
     with pytest.raises(SystemExit) as e:
-        tg.fit_schedule([*flags, "--micro_batch_tokens", "(2048, 4096, 8192)", "--stage_seq_lens", "(64, 64, 64)"])
+        fit_schedule([*flags, "--micro_batch_tokens", "(2048, 4096, 8192)", "--stage_seq_lens", "(64, 64, 64)"])
     assert e.value.code == 1
     one_error_line(capsys.readouterr().err, "no --num_scheduled_steps fits with these --micro_batch_tokens")
 

@@ -212,11 +212,11 @@ from torch.utils._pytree import tree_leaves  # noqa: E402
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
-from harness.launch import Watchdog, agree, form_group, keep_freed_memory, read_launch  # noqa: E402
+from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_runtime  # noqa: E402
 from harness.log import Logger, check_log_place, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
-from kernels.attention import Attention, attend, select_attention  # noqa: E402
+from kernels.attention import attend  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.fp8_linear import fp8_linear, fp8_tensor  # noqa: E402
@@ -246,60 +246,6 @@ def torch_settings():
           torch._functorch.config.patch(functorch)):
         yield
 
-
-# -----------------------------------------------------------------------------
-# Distributed setup: one process per GPU under torchrun; a plain `python3` run is world size 1
-
-@dataclass
-class Runtime:
-    rank: int
-    world_size: int
-    device: torch.device
-    grad_accum_steps: int  # MICRO_BATCHES // world_size micro-batches per rank keep the 8-GPU batch
-    attention: "Attention"  # the attention kernel this process loaded (the same route on every rank)
-
-    @property
-    def is_master(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        """Whether collectives run: False at world size 1 and in an emulated world (--emulate_world_size)."""
-        return dist.is_initialized()
-
-
-def setup_runtime(args: Hyperparameters) -> Runtime:
-    launch = read_launch()
-    rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
-    if MICRO_BATCHES % world_size != 0:
-        raise UserError(f"world size {world_size} is not supported; use 1, 2, 4 or 8 processes "
-                        f"(gradient accumulation {MICRO_BATCHES} // world_size keeps the record's batch)")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda was requested but CUDA is not available "
-                        "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if use_cuda:
-        if local_rank >= torch.cuda.device_count():
-            raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
-                            "start at most one process per GPU")
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    if world_size > 1:
-        form_group(launch, "nccl" if use_cuda else "gloo", device if use_cuda else None, args.dist_timeout)
-    attention = select_attention(args.attention, device, args.fa3_hub_wait) if rank == 0 else None
-    if world_size > 1:  # the other ranks load the route rank 0 chose, so that every rank runs the same kernel
-        chosen = [attention.route if rank == 0 else None]
-        dist.broadcast_object_list(chosen, 0)
-        if rank != 0:
-            attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
-    if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
-        if world_size > 1:
-            raise UserError(f"--emulate_world_size {args.emulate_world_size} runs in one process; start it "
-                            "with python3 or torchrun --nproc_per_node=1")
-        world_size = args.emulate_world_size
-    return Runtime(rank, world_size, device, MICRO_BATCHES // world_size, attention)
 
 # -----------------------------------------------------------------------------
 # Model configuration (GPT-2-small-sized, 11 layers with named roles) and rotary embeddings
@@ -1789,7 +1735,7 @@ def main(argv: list[str] | None = None) -> int:
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
     helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU: their imports overlap the run's
-    rt = setup_runtime(hp)
+    rt = setup_runtime(hp, MICRO_BATCHES)
     if rt.device.type == "cpu":
         keep_freed_memory()
     if role := compile_helpers.role():  # this process is a cold start's compile helper: no log, no signal handling

@@ -1,6 +1,6 @@
 """The launch: the environment torchrun (or a person) sets for each process, checked with one-line errors; the
-process group formed within a bounded wait; every rank's settings and data agreed; and a watchdog that ends a process
-whose peers stopped answering; and a CPU process's memory kept for reuse."""
+process group formed within a bounded wait; the process's Runtime (rank, device, attention kernel); every rank's
+settings and data agreed; a watchdog that ends a process whose loop stopped moving; a CPU process's memory kept."""
 import ctypes
 import datetime
 import hashlib
@@ -129,6 +129,65 @@ def difference(first: tuple[dict, list[str]], other: tuple[dict, list[str]]) -> 
         return f"--{name} {theirs.get(name)!r} where rank 0 has {settings[name]!r}"
     pairs = itertools.zip_longest(shards, their_shards, fillvalue="no shard")
     return next((f"read {b} where rank 0 read {a}" for a, b in pairs if a != b), None)
+
+
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    device: "torch.device"
+    grad_accum_steps: int  # micro-batches per rank: MICRO_BATCHES // world_size keep the 8-GPU batch
+    attention: "Attention"  # the attention kernel this process loaded (the same route on every rank)
+
+    @property
+    def is_master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether collectives run: False at world size 1 and in an emulated world (--emulate_world_size)."""
+        import torch.distributed as dist
+        return dist.is_initialized()
+
+
+def setup_runtime(args, micro_batches: int) -> Runtime:
+    """This process's rank, device (one GPU per local rank, else the CPU), process group and attention kernel, for
+    train_gpt.Hyperparameters `args` and the recipe's micro-batches per step (each world size keeps them)."""
+    import torch
+    import torch.distributed as dist
+    from kernels.attention import select_attention
+    launch = read_launch()
+    rank, world_size, local_rank = launch.rank, launch.world_size, launch.local_rank
+    if micro_batches % world_size != 0:
+        divisors = [str(n) for n in range(1, micro_batches + 1) if micro_batches % n == 0]
+        raise UserError(f"world size {world_size} is not supported; use {', '.join(divisors[:-1])} or {divisors[-1]} "
+                        f"processes (gradient accumulation {micro_batches} // world_size keeps the record's batch)")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was requested but CUDA is not available "
+                        "(no GPU visible or a CPU-only PyTorch); run with --device cpu or on a GPU machine")
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        if local_rank >= torch.cuda.device_count():
+            raise UserError(f"local rank {local_rank} has no GPU ({torch.cuda.device_count()} visible); "
+                            "start at most one process per GPU")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1:
+        form_group(launch, "nccl" if use_cuda else "gloo", device if use_cuda else None, args.dist_timeout)
+    attention = select_attention(args.attention, device, args.fa3_hub_wait) if rank == 0 else None
+    if world_size > 1:  # the other ranks load the route rank 0 chose, so that every rank runs the same kernel
+        chosen = [attention.route if rank == 0 else None]
+        dist.broadcast_object_list(chosen, 0)
+        if rank != 0:
+            attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
+    if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
+        if world_size > 1:
+            raise UserError(f"--emulate_world_size {args.emulate_world_size} runs in one process; start it "
+                            "with python3 or torchrun --nproc_per_node=1")
+        world_size = args.emulate_world_size
+    return Runtime(rank, world_size, device, micro_batches // world_size, attention)
 
 
 def keep_freed_memory():

@@ -237,5 +237,5 @@ def test_torch_registered_fa3_matches_reference():
 
 def test_runtime_records_the_choice():
     """Every process carries its Attention in the Runtime; the model is built for its kernel."""
-    rt = tg.setup_runtime(tg.Hyperparameters(device="cpu"))
+    rt = tg.setup_runtime(tg.Hyperparameters(device="cpu"), tg.MICRO_BATCHES)
     assert rt.attention.route == "sdpa" and dataclasses.is_dataclass(rt.attention)

@@ -83,7 +83,7 @@ def replay(path: str, device: str) -> int:
         raise UserError(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
                         "version's code (its log holds it)") from None
     saved.device, saved.compile = device, False  # the replaying machine's device; eager, for the op-by-op watch
-    rt = tg.setup_runtime(saved)  # refuses with one line, e.g. --device cuda without a GPU
+    rt = tg.setup_runtime(saved, tg.MICRO_BATCHES)  # refuses with one line, e.g. --device cuda without a GPU
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
     step = state["step"]

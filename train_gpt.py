@@ -213,7 +213,7 @@ from data.shards import check_val_shards, fingerprint, read_header, read_tokens,
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
 from harness.launch import Watchdog, form_group, read_launch  # noqa: E402
-from harness.log import Logger, check_log_place, open_log  # noqa: E402
+from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend, select_attention  # noqa: E402
@@ -1814,15 +1814,13 @@ def main(argv: list[str] | None = None) -> int:
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
                                          lambda saved: weight_shapes(saved, rt))
-        check_log_place(hp)
+        claim_run(hp, rt.is_master, rt.distributed)  # the run id is this process's until it exits
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if resume and resume["data"] != data.fingerprint:
             raise UserError(f"the shards are not those the checkpoint was cut from (names, sizes or tokens "
                             f"differ: {hp.train_files!r}, {hp.val_files!r}); resume with the run's own data")
-        if rt.distributed:  # every rank has checked --run_id before rank 0 creates its log
-            dist.barrier()
-        log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
+        log = open_log(hp, rt.is_master, resuming=resume is not None)
         try:
             log(data.report)
             trainer = Trainer(hp, rt, schedule, data, log, stop, helpers)

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -287,6 +288,103 @@ def test_a_log_dir_that_cannot_hold_the_files_is_refused_before_start_up(tmp_pat
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "6", "--log_dir", str(tmp_path / log_dir)])
     one_error_line(r.stderr, message.format(tmp_path / log_dir, tmp_path / "a_file"))
+
+
+# --- one writer per run, and where a resumed run writes --------------------------------------------
+
+HOLD = "import sys, time; from harness.files import hold_lock; hold_lock(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+
+
+def test_a_lock_has_one_holder_who_is_named_and_a_killed_one_leaves_nothing_stale(tmp_path):
+    lock = tmp_path / "run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(files.LockHeld, match=f"process {holder.pid} on host "):
+        files.hold_lock(lock)
+    holder.kill()  # SIGKILL: no clean-up of its own; its file stays, with its pid
+    holder.wait()
+    assert lock.exists()
+    release = files.hold_lock(lock)  # the kernel released the lock: taken over at once
+    assert lock.read_text().split()[0] == str(os.getpid())
+    release()
+    assert not lock.exists()
+
+
+def test_of_two_that_take_a_lock_at_once_one_wins(tmp_path, monkeypatch):
+    """Taking the lock is one step, not a check and then a create: two takers run side by side, and a taker that
+    got as far as writing its name waits there for the other (0.3 s of grace), which ends as the winner's rival,
+    refused and naming it (it waits for the name), never as a second holder."""
+    lock, both_writing = tmp_path / "run.lock", threading.Barrier(2)
+
+    class WaitingWrites:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def write(self, text):
+            try:
+                both_writing.wait(timeout=0.3)
+            except threading.BrokenBarrierError:  # the other one never got here
+                pass
+            return self.f.write(text)
+    monkeypatch.setattr(files, "open", lambda *args: WaitingWrites(open(*args)), raising=False)
+    outcomes = []
+
+    def take():
+        try:
+            outcomes.append(files.hold_lock(lock))
+        except files.LockHeld as e:
+            outcomes.append(str(e))
+    takers = [threading.Thread(target=take) for _ in range(2)]
+    for t in takers:
+        t.start()
+    for t in takers:
+        t.join()
+    held = [o for o in outcomes if callable(o)]
+    assert len(held) == 1 and outcomes.count(f"process {os.getpid()} on host {socket.gethostname()}") == 1, outcomes
+    held[0]()
+
+
+def md5(path) -> str:
+    import hashlib
+    return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+
+def test_a_live_run_is_neither_started_again_nor_resumed_until_it_dies(tmp_path, synthetic_data):
+    """A run holds its run id while it lives: a second start of the same --run_id (even with --overwrite) and a
+    --resume of its checkpoint are refused in one line naming its process, its log and checkpoint untouched by them;
+    once it is killed (SIGKILL: nothing of its own clean-up runs), its checkpoint resumes."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "60", "--num_extension_steps", "0",
+                          "--log_dir", str(tmp_path), "--run_id", "RWA"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    live = subprocess.Popen([sys.executable, "train_gpt.py", *flags, "--checkpoint_every", "2"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        checkpoint = tmp_path / "RWA_checkpoint_rank0.pt"
+        for line in live.stdout:
+            if line.startswith("checkpoint of step 2"):
+                break
+        live.send_signal(signal.SIGSTOP)  # it stays alive, and writes nothing while the others try
+        log_before, checkpoint_before = md5(tmp_path / "RWA.txt"), md5(checkpoint)
+        for args in (flags, flags + ["--overwrite", "True"], ["--resume", str(checkpoint), "--device", "cpu"]):
+            r = run_script(args)
+            one_error_line(r.stderr, f"the run 'RWA' is live: process {live.pid} on host",
+                           f"it holds {tmp_path / 'RWA.lock'}")
+        assert (md5(tmp_path / "RWA.txt"), md5(checkpoint)) == (log_before, checkpoint_before)
+    finally:
+        live.kill()
+        live.wait()
+    resumed = subprocess.Popen([sys.executable, "train_gpt.py", "--resume", str(checkpoint), "--device", "cpu"],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in resumed.stdout:
+        if line.startswith("step:"):  # training on
+            break
+    resumed.send_signal(signal.SIGINT)
+    resumed.communicate(timeout=120)
+    assert "resumed at step" in (tmp_path / "RWA.txt").read_text()
 
 
 # --- the last settings ------------------------------------------------------------------------------

@@ -86,7 +86,7 @@ class Hyperparameters:
     val_micro_batch_tokens: int = 4 * 64 * 1024  # tokens per rank per validation forward
     seed: int = 0  # initial weights (data order is fixed by the shards)
     run_id: str = ""  # log file name under logs/; default: a fresh uuid
-    log_dir: str = "logs"  # folder of the log, captures, traces and checkpoints
+    log_dir: str = runtime("logs")  # folder of the log, captures, traces and checkpoints; a --resume's: its checkpoint's folder unless given
     # runtime
     device: str = runtime("auto")  # auto | cuda | cpu
     attention: str = runtime("auto")  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
@@ -98,7 +98,7 @@ class Hyperparameters:
     warmup: bool = runtime(True)  # untimed compile and capture warm-up on each stage's first steps, then a state reset
     save_checkpoint: bool = runtime(False)  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
     checkpoint_every: int = runtime(0)  # also save it every N steps (0: never)
-    resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
+    resume: str = ""  # continue the run saved in this checkpoint (same step, data position, schedule, state), appending to <run_id>.txt and saving its checkpoints in its --log_dir
     overwrite: bool = runtime(False)  # allow a --run_id whose log already exists (its files are replaced)
     # reliability and debugging
     guard_every: int = runtime(50)  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off

@@ -1,6 +1,7 @@
 """Checkpoints: one file per rank (each rank holds its own optimizer shards), written atomically; the rules of
 resuming a run from them; and reading any file the run wrote (checkpoint or capture) with one-line refusals."""
 import dataclasses
+import os
 import pickle
 import re
 import zipfile
@@ -75,6 +76,10 @@ def read_file(path: str, kind: str) -> dict:
     return obj
 
 
+def checkpoint_path(settings, rank: int) -> str:
+    return f"{settings.log_dir}/{settings.run_id}_checkpoint_rank{rank}.pt"
+
+
 class Checkpoints:
     """Where and when this rank saves: at the end and when a run stops early (at_end), and every `every` steps."""
 
@@ -86,7 +91,7 @@ class Checkpoints:
         self.enabled = self.at_end or self.every > 0
 
     def path(self, rank: int) -> str:
-        return f"{self.settings.log_dir}/{self.settings.run_id}_checkpoint_rank{rank}.pt"
+        return checkpoint_path(self.settings, rank)
 
     def due(self, step: int, start: int, last: bool, stopping: bool) -> bool:
         return self.enabled and (stopping or (last and self.at_end)
@@ -131,6 +136,12 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
             raise UserError(f"--{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
                             f"settings (it may change only {', '.join(sorted(may_change))})")
     saved.resume = settings.resume
+    if "log_dir" not in given:  # the resumed run writes where the user pointed: beside the checkpoint given
+        saved.log_dir = os.path.dirname(settings.resume) or "."
+    ours = checkpoint_path(saved, rank)
+    if not saved.overwrite and os.path.exists(ours) and not os.path.samefile(ours, path):
+        raise UserError(f"resuming {path} would replace {ours}, another checkpoint of the run; resume from that one, "
+                        "write elsewhere with --log_dir, or pass --overwrite True to replace it")
     weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
     expected = shapes(saved)
     if weights != expected:

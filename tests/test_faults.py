@@ -387,6 +387,49 @@ def test_a_live_run_is_neither_started_again_nor_resumed_until_it_dies(tmp_path,
     assert "resumed at step" in (tmp_path / "RWA.txt").read_text()
 
 
+@pytest.fixture
+def stopped_run(tmp_path, synthetic_data):
+    """A run of 6 steps whose newest checkpoint is of step 4: (its log, its checkpoint)."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "6", "--num_extension_steps", "0",
+                          "--checkpoint_every", "4", "--log_dir", str(tmp_path / "logs"), "--run_id", "r"]
+    r = run_script(flags)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tmp_path / "logs" / "r.txt", tmp_path / "logs" / "r_checkpoint_rank0.pt"
+
+
+def test_a_resume_writes_beside_the_checkpoint_it_was_given(tmp_path, stopped_run):
+    """A checkpoint copied elsewhere resumes there: its log and checkpoints go beside the copy, and the original run's
+    files keep their bytes; a copy under another name beside the original is refused rather than replace the
+    original checkpoint; --log_dir puts them where it says."""
+    log, checkpoint = stopped_run
+    before = md5(log), md5(checkpoint)
+    (tmp_path / "moved").mkdir()
+    moved = tmp_path / "moved" / checkpoint.name
+    moved.write_bytes(checkpoint.read_bytes())
+    r = run_script(["--resume", str(moved), "--device", "cpu", "--checkpoint_every", "1"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (md5(log), md5(checkpoint)) == before, "the original run's files are as they were"
+    assert "resumed at step 4" in (tmp_path / "moved" / "r.txt").read_text()
+    assert torch.load(moved, weights_only=True)["state"]["step"] == 6
+    renamed = checkpoint.with_name("r_step4.pt")
+    renamed.write_bytes(checkpoint.read_bytes())
+    r = run_script(["--resume", str(renamed), "--device", "cpu"])
+    one_error_line(r.stderr, f"resuming {renamed} would replace {checkpoint}")
+    assert (md5(log), md5(checkpoint)) == before
+    r = run_script(["--resume", str(renamed), "--device", "cpu", "--log_dir", str(tmp_path / "elsewhere")])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (md5(log), md5(checkpoint)) == before
+    assert "resumed at step 4" in (tmp_path / "elsewhere" / "r.txt").read_text()
+
+
+def test_help_says_where_a_resume_writes(capsys):
+    with pytest.raises(SystemExit):
+        settings(["--help"])
+    text = capsys.readouterr().out
+    assert "a --resume's: its checkpoint's folder unless given" in text and "appending to <run_id>.txt" in text
+
+
 # --- the last settings ------------------------------------------------------------------------------
 
 def test_a_diverged_run_without_the_guard_does_not_exit_0(tmp_path, synthetic_data):

@@ -27,7 +27,8 @@ from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, 
 from harness.guard import NonFiniteError, Stopped, run_ending
 from harness.launch import read_launch
 from harness.log import Logger
-from tests.utils import REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model
+from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_runtime, one_error_line, run_script, settings, tiny_model,
+                         val_losses)
 
 
 def free_port() -> int:
@@ -98,6 +99,8 @@ PEER_LOST = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection clo
     (Stopped("stopped by SIGTERM before step 7; resume with: x"), "stopped by SIGTERM before step 7; resume with: x"),
     (KeyboardInterrupt("SIGTERM"), "interrupted by SIGTERM: stopped at once, nothing saved"),
     (KeyboardInterrupt(), "interrupted by SIGINT: stopped at once, nothing saved"),
+    (KeyboardInterrupt("SIGINT; nothing saved; the newest checkpoint is c.pt (of step 4), resume with: x"),
+     "interrupted by SIGINT: stopped at once, nothing saved; the newest checkpoint is c.pt (of step 4), resume with: x"),
     (RuntimeError(PEER_LOST), "error: rank 3: a collective with the other processes failed, most likely because one "
                               f"of them died or hangs (see its log): {PEER_LOST}"),
     (UserError("no train shards match 'x_*.bin'"), "error: no train shards match 'x_*.bin'"),
@@ -141,7 +144,7 @@ def load(hp, path, given=(), rank=0, world=1):
     for name in given:
         setattr(resume, name, getattr(hp, name))
     return load_checkpoint(resume, {"resume", *given}, rank, world, lambda s: tg.Schedule(s).total_steps,
-                           lambda s: tg.weight_shapes(s, cpu_runtime(world)))
+                           lambda s: tg.weight_shapes(s, cpu_runtime(world)), tg.validate)
 
 
 def rewrite(path, **changes):
@@ -164,8 +167,17 @@ def test_a_checkpoint_loads_with_its_settings(checkpoint):
     ("other_version", "was written with other settings (no_such_setting) by another version"),
     ("renamed", "holds rank 1 of a 2-process run; this is rank 0 of 1"),
     ("weights_changed", "its weights do not fit its settings (attn_bank: (3, 256, 64) saved, (10, 256, 64) expected)"),
-    ("finished", "is of a finished run (step 8 of 8): there is nothing to resume"),
     ("setting_equal_to_default", "--adam_lr 0.008 differs from the resumed run's 0.01"),
+    ("setting_of_another_type", "its saved setting --model_dim expects an int, got '64'"),
+    ("setting_out_of_range", "its settings break a rule: --model_dim 60 must be a multiple of 8"),
+    ("setting_out_of_range_with_the_command_line", "--profile_steps '7:9' must look like 100:103"),
+    ("step_below_0", "its state.step -3 is not a step in 0..8"),
+    ("step_past_the_end", "its state.step 9 is not a step in 0..8"),
+    ("step_not_a_number", "its state.step 3.0 is not a step in 0..8"),
+    ("data_position", "its state.loader (0, -1) is not (shard, document): two whole numbers >= 0"),
+    ("no_state", "holds no trainer state"),
+    ("train_time", "its train_ms -5.0 is not a time in ms >= 0"),
+    ("stage_times", "its stage_ms {0: 'x'} is not {stage: ms per step >= 0}"),
 ])
 def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
     hp, path = checkpoint
@@ -187,16 +199,41 @@ def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
         obj = torch.load(path, weights_only=True)
         obj["state"]["model"]["attn_bank"] = obj["state"]["model"]["attn_bank"][:3]
         torch.save(obj, path)
-    elif case == "finished":
+    elif case.startswith("setting_of") or case == "setting_out_of_range":
         obj = torch.load(path, weights_only=True)
-        obj["state"]["step"] = 8
+        rewrite(path, config={**obj["config"], "model_dim": "64" if case == "setting_of_another_type" else 60})
+    elif case == "setting_out_of_range_with_the_command_line":  # a runtime setting given, past the saved run's end
+        hp.profile_steps, given = "7:9", ("profile_steps",)
+    elif case.startswith("step_"):
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["step"] = {"step_below_0": -3, "step_past_the_end": 9, "step_not_a_number": 3.0}[case]
         torch.save(obj, path)
+    elif case == "data_position":
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["loader"] = (0, -1)
+        torch.save(obj, path)
+    elif case == "no_state":
+        rewrite(path, state={"model": {}})
+    elif case == "train_time":
+        rewrite(path, train_ms=-5.0)
+    elif case == "stage_times":
+        rewrite(path, stage_ms={0: "x"})
     else:  # given on the command line equal to its default: still given, so still compared
         obj = torch.load(path, weights_only=True)
         rewrite(path, config={**obj["config"], "adam_lr": 0.01})
         hp.adam_lr, given = 0.008, ("adam_lr",)
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError) as e:
         load(hp, path, given)
+    assert message in str(e.value), str(e.value)
+    assert str(path) in str(e.value) or case == "setting_equal_to_default", "a fault of the file names it"
+
+
+def test_a_checkpoint_of_the_last_step_resumes_to_the_final_validation(checkpoint):
+    hp, path = checkpoint
+    obj = torch.load(path, weights_only=True)
+    obj["state"]["step"] = 8  # of 8: a run stopped before its final validation
+    torch.save(obj, path)
+    assert load(hp, path)[1]["state"]["step"] == 8
 
 
 def test_replay_refuses_a_checkpoint(checkpoint):
@@ -204,6 +241,23 @@ def test_replay_refuses_a_checkpoint(checkpoint):
         read_file(str(checkpoint[1]), "capture")
     r = run_script([str(checkpoint[1]), "--device", "cpu"], script="tools/replay.py")
     one_error_line(r.stderr, "is a checkpoint, not a capture")
+
+
+def test_replay_checks_a_captures_contents_as_resume_does(checkpoint):
+    """tools/replay.py reads a capture's settings and state by the same rules as a resume."""
+    hp, path = checkpoint
+    obj = torch.load(path, weights_only=True)
+    obj["state"]["step"] = -3
+    rewrite(path, kind="capture", state=obj["state"])
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path}: its state.step -3 is not a step in 0..8")
+    obj["state"]["step"] = 3
+    rewrite(path, state=obj["state"])
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path} holds no batches, forward, grad_accum_steps, reproduced: not a whole capture")
+    rewrite(path, config={**obj["config"], "model_dim": "64"})
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path}: its saved setting --model_dim expects an int, got '64'")
 
 
 def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path):
@@ -421,6 +475,46 @@ def test_a_resume_writes_beside_the_checkpoint_it_was_given(tmp_path, stopped_ru
     assert r.returncode == 0, r.stderr[-2000:]
     assert (md5(log), md5(checkpoint)) == before
     assert "resumed at step 4" in (tmp_path / "elsewhere" / "r.txt").read_text()
+
+
+def test_a_run_stopped_at_its_last_step_resumes_to_its_final_validation(tmp_path, synthetic_data):
+    """A checkpoint of step N of N (a run stopped before its final validation, or one that ended) resumes: the
+    final validation, the same val loss, and the summary."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "3", "--num_extension_steps", "0",
+                          "--save_checkpoint", "True", "--log_dir", str(tmp_path), "--run_id", "end"]
+    whole = run_script(flags)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    resumed = run_script(["--resume", str(tmp_path / "end_checkpoint_rank0.pt"), "--device", "cpu"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed at step 3" in resumed.stdout and "summary: val loss" in resumed.stdout
+    assert val_losses(resumed.stdout) == val_losses(whole.stdout)[-1:]
+
+
+def test_a_second_signal_names_the_newest_checkpoint(tmp_path, synthetic_data):
+    """A second signal (as timeout, schedulers and torchrun's forwarding send them) stops at once: the line names the
+    newest checkpoint that exists and how to resume from it."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "60", "--num_extension_steps", "0",
+                          "--checkpoint_every", "2", "--log_dir", str(tmp_path), "--run_id", "twice"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.Popen([sys.executable, "train_gpt.py", *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("checkpoint of step 2"):
+            break
+    # two signals pending while it is stopped (two of one kind would be one) are handled one after the other,
+    # SIGINT first: the second arrives before any step boundary
+    proc.send_signal(signal.SIGSTOP)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    checkpoint = tmp_path / "twice_checkpoint_rank0.pt"
+    step = torch.load(checkpoint, weights_only=True)["state"]["step"]
+    assert err.splitlines()[-1] == (f"interrupted by SIGTERM: stopped at once, nothing saved; the newest checkpoint "
+                                    f"is {checkpoint} (of step {step}), resume with: python3 train_gpt.py --resume "
+                                    f"{checkpoint}"), err[-2000:]
 
 
 def test_help_says_where_a_resume_writes(capsys):

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from data.shards import find_shards
 from harness import compile_helpers
-from harness.cli import UserError, program
+from harness.cli import UserError, program, shown
+from harness.files import check_input_file
 from harness.settings import need, parse_args, runtime
 
 # -----------------------------------------------------------------------------
@@ -181,8 +182,8 @@ def validate(hp: Hyperparameters):
     total = hp.num_scheduled_steps + hp.num_extension_steps
     need(hp.inject_fault_step >= -1, f"--inject_fault_step {hp.inject_fault_step} must be -1 (off) or a step")
     need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
-    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
-         f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
+    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{,199}", hp.run_id or "x") is not None,  # its files' names: <= 255
+         f"--run_id {shown(hp.run_id)!r} must be a plain file name (up to 200 letters, digits, '.', '_', '-'); --log_dir sets the folder")
     need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
     need(hp.attention in ATTENTION, f"--attention must be one of {', '.join(ATTENTION)}, not {hp.attention!r}")
     need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
@@ -191,7 +192,8 @@ def validate(hp: Hyperparameters):
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last), "
          f"within the run's {total} steps")
-    need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
+    if hp.resume:  # missing, a folder, unreadable: what it is
+        check_input_file(hp.resume, "--resume", "*_checkpoint_rank0.pt")
 
 
 def check_files(hp: Hyperparameters):

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from harness.cli import UserError
-from harness.files import write_atomically
+from harness.files import check_input_file, write_atomically
 from harness.settings import runtime_settings, typed
 
 FORMAT = 2  # of the checkpoint and capture files (2: a capture holds a checkpoint's state); another is refused
@@ -96,6 +96,7 @@ def header(kind: str, rank: int, world_size: int, data: str, settings) -> dict:
 def read_file(path: str, kind: str) -> dict:
     """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a UserError saying why not.
     weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
+    check_input_file(path, f"the {kind}", f"*_{kind}_rank0.pt")
     try:
         with open(path, "rb") as f:
             ours = zipfile.is_zipfile(f)  # torch.save writes a zip archive; anything else is not ours

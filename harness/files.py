@@ -5,11 +5,12 @@ import atexit
 import fcntl
 import os
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
-from harness.cli import UserError
+from harness.cli import UserError, describe_os_error, shown
 
 
 def atomic_write(path, write) -> None:
@@ -73,6 +74,24 @@ def check_writable(folder) -> None:
             pass
     except OSError as e:
         raise OSError(e.errno, e.strerror, str(folder)) from None
+
+
+def check_input_file(path, option: str, example: str = "") -> None:
+    """Before the work: the file `path` that `option` (e.g. --resume) names can be read; else a UserError saying what
+    it is: missing, a folder (naming a file in it that matches the glob `example`, if one does), a path the system
+    refuses (too long, not a folder on the way, no permission)."""
+    where = f"{option} {shown(path)!r}"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UserError(f"{where}: no such file") from None
+    except OSError as e:
+        raise UserError(f"{where}: {describe_os_error(OSError(e.errno, e.strerror))}") from None
+    if stat.S_ISDIR(mode):
+        found = sorted(Path(path).glob(example)) if example else []
+        raise UserError(f"{where} is a folder; name a file in it{f', e.g. {found[0]}' if found else ''}")
+    if not os.access(path, os.R_OK):
+        raise UserError(f"{where}: no permission to read it; give yourself permission or use another path")
 
 
 def check_output(path, inputs=()) -> Path:

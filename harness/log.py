@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.cli import UserError, describe_os_error
+from harness.cli import UserError, describe_os_error, shown
 from harness.files import LockHeld, check_output_folder, hold_lock, make_output_folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,12 +70,12 @@ def claim_run(settings, is_master: bool, distributed: bool):
         if distributed:
             dist.broadcast_object_list(box, 0)
         settings.run_id = box[0]
-    check_output_folder(settings.log_dir, "--log_dir")
     try:
+        check_output_folder(settings.log_dir, "--log_dir")
         make_output_folder(settings.log_dir)
     except OSError as e:
-        raise UserError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
-                        "another folder") from None
+        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files ({e.strerror or e}); "
+                        "choose another folder") from None
     box, release = [None], None
     if is_master:
         try:

@@ -8,6 +8,7 @@ with a checkpoint that resumes, and a rank killed mid-step makes the other exit 
 """
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -271,7 +272,6 @@ def test_data_fingerprint_changes_with_the_tokens_not_the_folder(tmp_path):
 
 
 def test_resume_refuses_shards_written_anew_under_the_same_names(tmp_path, synthetic_data):
-    import shutil
     data = tmp_path / "data"
     shutil.copytree(Path(synthetic_data["train"]).parent, data)
     flags = TINY_FLAGS + ["--train_files", str(data / "synthetic_train_*.bin"), "--val_files",
@@ -522,6 +522,59 @@ def test_help_says_where_a_resume_writes(capsys):
         settings(["--help"])
     text = capsys.readouterr().out
     assert "a --resume's: its checkpoint's folder unless given" in text and "appending to <run_id>.txt" in text
+
+
+# --- long and unreadable paths ---------------------------------------------------------------------------
+
+def test_long_paths_are_one_short_line(tmp_path, synthetic_data):
+    """A 10,000-character --run_id, --log_dir or --resume, and a 300-character --run_id: one `error:` line naming
+    the option, the value shown by its ends and length, never a traceback."""
+    data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
+    for option, value, words in [("--run_id", "r" * 10_000, ["must be a plain file name (up to 200", "(10,000 characters)"]),
+                                 ("--run_id", "r" * 300, ["must be a plain file name (up to 200", "(300 characters)"]),
+                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files (File name too long)"]),
+                                 ("--resume", "c" * 10_000 + ".pt", ["File name too long; choose a shorter name"])]:
+        r = run_script(TINY_FLAGS + data + [option, value])
+        assert len(one_error_line(r.stderr, option, *words)) < 400
+
+
+def test_a_folder_given_to_resume_says_it_is_one_and_names_a_checkpoint_in_it(checkpoint):
+    hp, path = checkpoint
+    with pytest.raises(UserError, match=f"--resume '{path.parent}' is a folder; name a file in it, e.g. {path}$"):
+        settings(["--resume", str(path.parent)])
+    with pytest.raises(UserError, match=f"the capture '{path.parent}' is a folder; name a file in it$"):
+        read_file(str(path.parent), "capture")
+
+
+def test_an_unreadable_checkpoint_is_one_line(checkpoint, monkeypatch):
+    """Tests may run as root, who may read anything: the permission check is os.access's answer, replaced here."""
+    hp, path = checkpoint
+    monkeypatch.setattr(files.os, "access", lambda p, mode: Path(p) != path)
+    for read in (lambda: settings(["--resume", str(path)]), lambda: read_file(str(path), "checkpoint")):
+        with pytest.raises(UserError, match="no permission to read it; give yourself permission or use another path"):
+            read()
+
+
+SETPRIV = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv reads anything")
+def test_a_folder_the_process_may_not_read_is_one_line(tmp_path, synthetic_data):
+    """chmod 000 on the folder of --log_dir or --resume; root runs without the capabilities that bypass it."""
+    noperm = tmp_path / "noperm"
+    (noperm / "logs").mkdir(parents=True)
+    noperm.chmod(0)
+    try:
+        as_user = SETPRIV if os.geteuid() == 0 else []
+        data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
+        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files (Permission denied)"]),
+                                     ("--resume", noperm / "logs" / "r_checkpoint_rank0.pt", ["Permission denied"])]:
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+            r = subprocess.run(as_user + [sys.executable, "train_gpt.py", *TINY_FLAGS, *data, option, str(value)],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+            one_error_line(r.stderr, f"{option} '{value}'", *words)
+    finally:
+        noperm.chmod(0o755)
 
 
 # --- the last settings ------------------------------------------------------------------------------

@@ -1816,7 +1816,7 @@ def main(argv: list[str] | None = None) -> int:
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
                                          lambda saved: weight_shapes(saved, rt), validate)
-        claim_run(hp, rt.is_master, rt.distributed)  # the run id is this process's until it exits
+        claim_run(hp, rt.is_master, rt.distributed)  # rank 0 holds the run id until it exits
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if resume and resume["data"] != data.fingerprint:

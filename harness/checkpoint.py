@@ -156,15 +156,16 @@ class Checkpoints:
         return "; ".join(["not saved (--save_checkpoint or --checkpoint_every saves it)", *self._newest()])
 
     def newest_line(self) -> str:
-        """What a stop at once (no checkpoint of its own) leaves: the run's newest checkpoint, if any, and how to go on."""
+        """What a stop at once (no checkpoint of its own) leaves: the run's newest checkpoint, if any, and how to go
+        on from it."""
         return "; ".join(["nothing saved", *self._newest()])
 
     def _newest(self) -> list[str]:
         if self.newest is None:
             return []
         path, step = self.newest
-        return [f"the newest checkpoint is {path} ({'the one this run resumed' if step is None else f'of step {step}'}), "
-                f"resume with: python3 train_gpt.py --resume {path}"]
+        which = "the one this run resumed" if step is None else f"of step {step}"
+        return [f"the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"]
 
 
 def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes, validate):

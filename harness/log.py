@@ -64,7 +64,7 @@ def claim_run(settings, is_master: bool, distributed: bool):
     files; and the run id is this run's alone while it lives: rank 0 holds <log_dir>/<run_id>.lock (one writer of
     the log and the checkpoints: a second start, or a resume, of a live run is refused, naming its process), and a
     fresh run names no other run's log (a resumed run appends to its own; --overwrite replaces another's). Every rank
-    gets rank 0's refusal. Returns the lock's release() on rank 0 (None elsewhere); the lock lasts until exit."""
+    gets rank 0's refusal. The lock lasts until the process exits."""
     if not settings.run_id:
         box = [str(uuid.uuid4())]
         if distributed:
@@ -76,20 +76,20 @@ def claim_run(settings, is_master: bool, distributed: bool):
     except OSError as e:
         raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files ({e.strerror or e}); "
                         "choose another folder") from None
-    box, release = [None], None
+    box = [None]
     if is_master:
         try:
-            release = _claim(settings)
+            _claim(settings)
         except (UserError, OSError) as e:
             box = [str(e) if isinstance(e, UserError) else describe_os_error(e)]
     if distributed:
         dist.broadcast_object_list(box, 0)
     if box[0] is not None:
         raise UserError(box[0])
-    return release
 
 
 def _claim(settings):
+    """Rank 0's part of claim_run: the lock, then the log's name."""
     lock = Path(settings.log_dir) / f"{settings.run_id}.lock"
     try:
         release = hold_lock(lock)
@@ -102,7 +102,6 @@ def _claim(settings):
         release()
         raise UserError(f"--run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
                         "pass --overwrite True to replace that run's files")
-    return release
 
 
 def open_log(settings, is_master: bool, resuming: bool) -> Logger:

@@ -441,6 +441,21 @@ def test_a_live_run_is_neither_started_again_nor_resumed_until_it_dies(tmp_path,
     assert "resumed at step" in (tmp_path / "RWA.txt").read_text()
 
 
+def test_every_rank_gets_rank_0s_refusal_of_a_live_run(tmp_path, synthetic_data):
+    """Rank 0 alone holds the lock: with two gloo ranks, both end at once with its line, neither waits for the
+    other until --dist_timeout."""
+    release = files.hold_lock(tmp_path / "RWA.lock")  # as a live run of that id holds it
+    try:
+        start = time.time()
+        r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                     "--log_dir", str(tmp_path), "--run_id", "RWA", "--dist_timeout", "120"], nproc=2)
+        assert r.returncode != 0 and time.time() - start < 100, r.stderr[-2000:]
+        assert r.stderr.count(f"error: the run 'RWA' is live: process {os.getpid()} on host") == 2, r.stderr[-3000:]
+    finally:
+        release()
+    assert not (tmp_path / "RWA.txt").exists()
+
+
 @pytest.fixture
 def stopped_run(tmp_path, synthetic_data):
     """A run of 6 steps whose newest checkpoint is of step 4: (its log, its checkpoint)."""

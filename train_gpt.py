@@ -28,7 +28,8 @@ from pathlib import Path
 
 from data.shards import check_roles, find_shards, identities
 from harness import compile_helpers
-from harness.cli import UserError, program
+from harness.cli import UserError, program, shown
+from harness.files import check_input_file
 from harness.settings import need, parse_args, runtime
 
 # -----------------------------------------------------------------------------
@@ -85,7 +86,7 @@ class Hyperparameters:
     val_micro_batch_tokens: int = 4 * 64 * 1024  # tokens per rank per validation forward
     seed: int = 0  # initial weights (data order is fixed by the shards)
     run_id: str = ""  # log file name under logs/; default: a fresh uuid
-    log_dir: str = "logs"  # folder of the log, captures, traces and checkpoints
+    log_dir: str = runtime("logs")  # folder of the log, captures, traces and checkpoints; a --resume's: its checkpoint's folder unless given
     # runtime
     device: str = runtime("auto")  # auto | cuda | cpu
     attention: str = runtime("auto")  # auto | fa3 | varlen | sdpa; auto: FA3 on Hopper by any installed route, else varlen (CUDA), else sdpa
@@ -97,7 +98,7 @@ class Hyperparameters:
     warmup: bool = runtime(True)  # untimed compile and capture warm-up on each stage's first steps, then a state reset
     save_checkpoint: bool = runtime(False)  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
     checkpoint_every: int = runtime(0)  # also save it every N steps (0: never)
-    resume: str = ""  # continue the run saved in this checkpoint: same step, data position, schedule and state
+    resume: str = ""  # continue the run saved in this checkpoint (same step, data position, schedule, state), appending to <run_id>.txt and saving its checkpoints in its --log_dir
     overwrite: bool = runtime(False)  # allow a --run_id whose log already exists (its files are replaced)
     # reliability and debugging
     guard_every: int = runtime(50)  # check the non-finite flag every N steps (as published one check earlier: no wait) and at validations; 0: off
@@ -183,8 +184,9 @@ def validate(hp: Hyperparameters):
              f"--{name} {getattr(hp, name)} is past the end of {extent}: at most {total}, or 0 (off)")
     need(not (hp.sync_debug and hp.device == "cpu"), "--sync_debug True warns of CUDA syncs: --device cpu has none")
     need(0 <= hp.seed < 2**63, f"--seed {hp.seed} must be in [0, 2**63)")
-    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", hp.run_id or "x") is not None,
-         f"--run_id {hp.run_id!r} must be a plain file name (letters, digits, '.', '_', '-'); --log_dir sets the folder")
+    need(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{,199}", hp.run_id or "x") is not None,  # its files' names: <= 255
+         f"--run_id {shown(hp.run_id)!r} must be a plain file name (up to 200 letters, digits, '.', '_', '-'); "
+         "--log_dir sets the folder")
     need(hp.device in ("auto", "cuda", "cpu"), f"--device must be auto, cuda or cpu, not {hp.device!r}")
     need(hp.attention in ATTENTION, f"--attention must be one of {', '.join(ATTENTION)}, not {hp.attention!r}")
     need(hp.fa3_hub_wait >= 0, f"--fa3_hub_wait {hp.fa3_hub_wait} must be 0 or more seconds")
@@ -192,7 +194,8 @@ def validate(hp: Hyperparameters):
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
-    need(not hp.resume or Path(hp.resume).is_file(), f"--resume {hp.resume!r}: no such file")
+    if hp.resume:  # missing, a folder, unreadable: what it is
+        check_input_file(hp.resume, "--resume", "*_checkpoint_rank0.pt")
 
 
 def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles (contents: at start)
@@ -213,7 +216,7 @@ from data.shards import check_val_shards, fingerprint, read_header, read_tokens,
 from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
 from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
 from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_runtime  # noqa: E402
-from harness.log import Logger, check_log_place, open_log  # noqa: E402
+from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import attend  # noqa: E402
@@ -1750,15 +1753,15 @@ def main(argv: list[str] | None = None) -> int:
         resume = None
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
-                                         lambda saved: weight_shapes(saved, rt))
-        check_log_place(hp)
+                                         lambda saved: weight_shapes(saved, rt), validate)
+        claim_run(hp, rt.is_master, rt.distributed)  # rank 0 holds the run id until it exits
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
-        if rt.distributed:  # the same run on every rank, each having checked --run_id before rank 0 creates its log
+        if rt.distributed:  # the same run on every rank
             agree(dataclasses.asdict(hp), data.shards, rt.rank, rt.world_size)
         need(not resume or resume["data"] == fingerprint(data.shards), "the shards are not those the checkpoint was "
              f"cut from (names, sizes or tokens differ: {hp.train_files!r}, {hp.val_files!r}); resume with its data")
-        log = open_log(hp, rt.is_master, rt.distributed, resuming=resume is not None)
+        log = open_log(hp, rt.is_master, resuming=resume is not None)
         try:
             log(data.report)
             trainer = Trainer(hp, rt, schedule, data, log, stop, helpers)

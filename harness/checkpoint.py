@@ -1,6 +1,7 @@
 """Checkpoints: one file per rank (each rank holds its own optimizer shards), written atomically; the rules of
 resuming a run from them; and reading any file the run wrote (checkpoint or capture) with one-line refusals."""
 import dataclasses
+import os
 import pickle
 import re
 import zipfile
@@ -9,15 +10,56 @@ import torch
 from torch import Tensor
 
 from harness.cli import UserError
-from harness.files import write_atomically
-from harness.settings import runtime_settings
+from harness.files import check_input_file, write_atomically
+from harness.settings import runtime_settings, typed
 
 FORMAT = 2  # of the checkpoint and capture files (2: a capture holds a checkpoint's state); another is refused
 
 
-def settings_from(cls, config: dict):
-    """The settings a checkpoint or capture saved (tuples come back from the file as lists)."""
-    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+def settings_from(cls, config: dict, path: str):
+    """The settings a checkpoint or capture at `path` saved, each value of its setting's type as on the command line
+    (harness/settings.typed): a value changed in the file is refused naming it and the file. A setting `cls` does not
+    have is left to cls() to refuse (TypeError)."""
+    defaults = cls()
+    try:
+        return cls(**{k: typed(k, v, getattr(defaults, k)) if hasattr(defaults, k) else v for k, v in config.items()})
+    except UserError as e:
+        raise UserError(f"{path}: its saved setting {e}; the file was changed after it was written") from None
+
+
+def check_settings(path: str, settings, validate):
+    """validate(settings), the command line's rules, on settings read from the file `path`: a refusal names it."""
+    try:
+        validate(settings)
+    except UserError as e:
+        raise UserError(f"{path}: its settings break a rule: {e}") from None
+
+
+def check_state(path: str, state, total: int):
+    """The bookkeeping of a saved state (a checkpoint's or capture's) as the run reads it: its step in 0..total (the
+    run's steps) and its data position; a changed value is refused naming the field and the file."""
+    if not isinstance(state, dict) or not {"step", "loader", "model", "optimizer", "carried"} <= set(state):
+        raise UserError(f"{path} holds no trainer state; the file was changed after it was written")
+    step, loader = state["step"], state["loader"]
+    if type(step) is not int or not 0 <= step <= total:
+        refuse_field(path, "state.step", step, f"a step in 0..{total}")
+    if not (isinstance(loader, (tuple, list)) and len(loader) == 2 and all(type(n) is int and n >= 0 for n in loader)):
+        refuse_field(path, "state.loader", loader, "(shard, document): two whole numbers >= 0")
+
+
+def check_clock(path: str, checkpoint: dict):
+    """A checkpoint's TrainClock.state(): times in ms >= 0 (NaN: not timed, as in the guard's checkpoints)."""
+    for key in ("train_ms", "stage_start_ms"):
+        if type(checkpoint.get(key)) is not float or checkpoint[key] < 0:
+            refuse_field(path, key, checkpoint.get(key), "a time in ms >= 0")
+    stage_ms = checkpoint.get("stage_ms")
+    if not isinstance(stage_ms, dict) or not all(type(k) is int and k >= 0 and type(v) is float and v >= 0
+                                                 for k, v in stage_ms.items()):
+        refuse_field(path, "stage_ms", stage_ms, "{stage: ms per step >= 0}")
+
+
+def refuse_field(path: str, field: str, value, want: str):
+    raise UserError(f"{path}: its {field} {value!r} is not {want}; the file was changed after it was written")
 
 
 def save_atomically(obj, path: str):
@@ -54,6 +96,7 @@ def header(kind: str, rank: int, world_size: int, data: str, settings) -> dict:
 def read_file(path: str, kind: str) -> dict:
     """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a UserError saying why not.
     weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
+    check_input_file(path, f"the {kind}", f"*_{kind}_rank0.pt")
     try:
         with open(path, "rb") as f:
             ours = zipfile.is_zipfile(f)  # torch.save writes a zip archive; anything else is not ours
@@ -75,6 +118,10 @@ def read_file(path: str, kind: str) -> dict:
     return obj
 
 
+def checkpoint_path(settings, rank: int) -> str:
+    return f"{settings.log_dir}/{settings.run_id}_checkpoint_rank{rank}.pt"
+
+
 class Checkpoints:
     """Where and when this rank saves: at the end and when a run stops early (at_end), and every `every` steps."""
 
@@ -84,9 +131,11 @@ class Checkpoints:
         self.settings, self.rank, self.world_size, self.data = settings, rank, world_size, data
         self.at_end, self.every = settings.save_checkpoint, settings.checkpoint_every
         self.enabled = self.at_end or self.every > 0
+        # the newest checkpoint of the run, (its rank-0 file, its step): the one resumed from until this run saves
+        self.newest = (settings.resume, None) if settings.resume else None
 
     def path(self, rank: int) -> str:
-        return f"{self.settings.log_dir}/{self.settings.run_id}_checkpoint_rank{rank}.pt"
+        return checkpoint_path(self.settings, rank)
 
     def due(self, step: int, start: int, last: bool, stopping: bool) -> bool:
         return self.enabled and (stopping or (last and self.at_end)
@@ -97,20 +146,36 @@ class Checkpoints:
         path = self.path(self.rank)
         save_atomically(dict(header("checkpoint", self.rank, self.world_size, self.data, self.settings),
                              state=copy_tree(state, device="cpu"), **clock), path)
+        self.newest = self.path(0), state["step"]
         return path
 
     def resume_hint(self) -> str:
-        if not self.enabled:
-            return "not saved (--save_checkpoint or --checkpoint_every saves it)"
-        return f"resume with: python3 train_gpt.py --resume {self.path(0)}"
+        """How to go on after a stop at a step boundary, which saves where checkpoints are on."""
+        if self.enabled:
+            return f"resume with: python3 train_gpt.py --resume {self.path(0)}"
+        return "; ".join(["not saved (--save_checkpoint or --checkpoint_every saves it)", *self._newest()])
+
+    def newest_line(self) -> str:
+        """What a stop at once (no checkpoint of its own) leaves: the run's newest checkpoint, if any, and how to go
+        on from it."""
+        return "; ".join(["nothing saved", *self._newest()])
+
+    def _newest(self) -> list[str]:
+        if self.newest is None:
+            return []
+        path, step = self.newest
+        which = "the one this run resumed" if step is None else f"of step {step}"
+        return [f"the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"]
 
 
-def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes):
+def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes, validate):
     """This rank's checkpoint of the run that settings.resume names (its rank-0 file), and the run's settings: the
-    saved ones, with only the runtime settings (harness/settings.runtime) taken from the command line where `given`. Refused with one line:
-    an unreadable file or one of another kind or format, another rank's or world's, settings this version does not
-    know, weights that do not fit their settings (shapes(settings) -> {name: shape}), a finished run.
-    total_steps(settings) -> the run's step count."""
+    saved ones, with only the runtime settings (harness/settings.runtime) taken from the command line where `given`,
+    and --log_dir, where not given, the checkpoint's folder. Refused with one line: an unreadable file or one of
+    another kind or format, another rank's or world's, settings this version does not know or that break
+    validate(settings), a step outside the run (total_steps(settings) -> its step count; a step of N of N resumes
+    to the final validation), other saved bookkeeping out of range, weights that do not fit their settings
+    (shapes(settings) -> {name: shape}), and a resume that would replace another checkpoint of the run."""
     path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", settings.resume)
     checkpoint = read_file(path, "checkpoint")
     if (checkpoint["rank"], checkpoint["world_size"]) != (rank, world_size):
@@ -122,7 +187,7 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
         odd = sorted(set(checkpoint["config"]) ^ fields)
         raise UserError(f"{path} was written with other settings ({', '.join(odd)}) by another version of "
                         "train_gpt.py; resume it with the version that wrote it")
-    saved, may_change = settings_from(cls, checkpoint["config"]), runtime_settings(cls)
+    saved, may_change = settings_from(cls, checkpoint["config"], path), runtime_settings(cls)
     for name in sorted(given - {"resume"}):
         now, was = getattr(settings, name), getattr(saved, name)
         if name in may_change:
@@ -131,13 +196,19 @@ def load_checkpoint(settings, given: set, rank: int, world_size: int, total_step
             raise UserError(f"--{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
                             f"settings (it may change only {', '.join(sorted(may_change))})")
     saved.resume = settings.resume
+    if "log_dir" not in given:  # the resumed run writes where the user pointed: beside the checkpoint given
+        saved.log_dir = os.path.dirname(settings.resume) or "."
+    check_settings(path, saved, validate)
+    check_state(path, checkpoint["state"], total_steps(saved))
+    check_clock(path, checkpoint)
+    ours = checkpoint_path(saved, rank)
+    if not saved.overwrite and os.path.exists(ours) and not os.path.samefile(ours, path):
+        raise UserError(f"resuming {path} would replace {ours}, another checkpoint of the run; resume from that one, "
+                        "write elsewhere with --log_dir, or pass --overwrite True to replace it")
     weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
     expected = shapes(saved)
     if weights != expected:
         name = next(n for n in sorted(set(weights) | set(expected)) if weights.get(n) != expected.get(n))
         raise UserError(f"{path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
                         f"{expected.get(name)} expected); the file was changed after it was written")
-    if checkpoint["state"]["step"] >= total_steps(saved):
-        raise UserError(f"{path} is of a finished run (step {checkpoint['state']['step']} of "
-                        f"{total_steps(saved)}): there is nothing to resume")
     return saved, checkpoint

@@ -32,8 +32,8 @@ _OS_FIXES = {
     errno.ENOSPC: "free space on that disk or write elsewhere",
     errno.EDQUOT: "free space within your quota or write elsewhere",
     errno.EROFS: "that file system is read-only: write elsewhere",
-    errno.EACCES: "give yourself permission there or write elsewhere",
-    errno.EPERM: "give yourself permission there or write elsewhere",
+    errno.EACCES: "give yourself permission there or use another path",
+    errno.EPERM: "give yourself permission there or use another path",
     errno.ENOTDIR: "a part of the path is a file, not a folder: choose another path",
     errno.ENAMETOOLONG: "choose a shorter name",
     errno.ENOENT: "check the path (does its folder exist?)",
@@ -42,11 +42,18 @@ _OS_FIXES = {
 }
 
 
+def shown(text, limit: int = 200) -> str:
+    """`text` (a path, a value) for a one-line message: whole up to `limit` characters, else its two ends and its
+    length, so that a 10,000-character argument still makes a line one can read."""
+    text = str(text)
+    return text if len(text) <= limit else f"{text[:100]}...{text[-60:]} ({len(text):,} characters)"
+
+
 def describe_os_error(e: OSError) -> str:
     """`path: the system's words; the fix` on one line."""
     if e.errno is None:  # raised with a message of its own
         return " ".join(str(e).split())
-    where = f"{e.filename}: " if e.filename is not None else ""
+    where = f"{shown(e.filename)}: " if e.filename is not None else ""
     return f"{where}{e.strerror}; {_OS_FIXES.get(e.errno, 'check the path and the disk')}"
 
 

@@ -79,6 +79,7 @@ class StopRequest:
 
     def __init__(self):
         self.reason, self.in_loop = None, False
+        self.saved = lambda: "nothing saved"  # what a stop at once leaves: Watch sets it to the run's checkpoints'
 
     def install(self) -> "StopRequest":
         signal.signal(signal.SIGINT, self)
@@ -88,7 +89,7 @@ class StopRequest:
     def __call__(self, signum, frame):
         name = signal.Signals(signum).name
         if not self.in_loop or self.reason is not None:
-            raise KeyboardInterrupt(name)
+            raise KeyboardInterrupt(f"{name}; {self.saved()}")
         self.reason = name
         stderr_line(f"{name}: stopping at a step boundary to save the run (send it again to stop at once)")
 
@@ -111,6 +112,7 @@ class Watch:
         self.guard, self.every, self.snapshot, self.capture = guard, every, snapshot, capture
         self.stop, self.checkpoints, self.log, self.watchdog = stop, checkpoints, log, watchdog
         self.distributed = guard.distributed
+        stop.saved = checkpoints.newest_line
 
     def begin(self, start: int, lines):
         """lines: the StepLines, whose values the checks copy to the host as they go."""
@@ -169,6 +171,7 @@ def run_ending(e: BaseException) -> str | None:
     if isinstance(e, Stopped):
         return str(e)
     if isinstance(e, KeyboardInterrupt):
-        # a KeyboardInterrupt names its signal once StopRequest is installed (before: Python's own, no name)
-        return f"interrupted by {str(e) or 'SIGINT'}: stopped at once, nothing saved"
+        # once StopRequest is installed, a KeyboardInterrupt names its signal and what is saved (before: Python's own)
+        name, _, saved = (str(e) or "SIGINT").partition("; ")
+        return f"interrupted by {name}: stopped at once, {saved or 'nothing saved'}"
     return peer_failure(e)

@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.cli import UserError
-from harness.files import check_output_folder, make_output_folder
+from harness.cli import UserError, describe_os_error, shown
+from harness.files import LockHeld, check_output_folder, hold_lock, make_output_folder
 
 REPO = Path(__file__).resolve().parents[1]
 # the code a training process runs, as globs under the repository root
@@ -59,29 +59,54 @@ class Logger:
         self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items()))
 
 
-def check_log_place(settings):
-    """Before the start-up: --log_dir can hold the run's files, and --run_id names no other run's log (a resumed run
-    appends to its own; --overwrite replaces another's)."""
-    check_output_folder(settings.log_dir, "--log_dir")
-    try:
-        make_output_folder(settings.log_dir)
-    except OSError as e:
-        raise UserError(f"--log_dir {settings.log_dir!r} cannot hold the run's files ({e.strerror or e}); choose "
-                        "another folder") from None
-    taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
-    if settings.run_id and not settings.resume and not settings.overwrite and taken.exists():
-        raise UserError(f"--run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
-                        "pass --overwrite True to replace that run's files")
-
-
-def open_log(settings, is_master: bool, distributed: bool, resuming: bool) -> Logger:
-    """The run's log, once nothing can refuse the run any more: a fresh run id (agreed over ranks) when none was
-    given, then its first lines: where it is, the code, versions and settings."""
+def claim_run(settings, is_master: bool, distributed: bool):
+    """Before the start-up: a fresh run id (agreed over ranks) when none was given; --log_dir can hold the run's
+    files; and the run id is this run's alone while it lives: rank 0 holds <log_dir>/<run_id>.lock (one writer of
+    the log and the checkpoints: a second start, or a resume, of a live run is refused, naming its process), and a
+    fresh run names no other run's log (a resumed run appends to its own; --overwrite replaces another's). Every rank
+    gets rank 0's refusal. The lock lasts until the process exits."""
     if not settings.run_id:
         box = [str(uuid.uuid4())]
         if distributed:
             dist.broadcast_object_list(box, 0)
         settings.run_id = box[0]
+    try:
+        check_output_folder(settings.log_dir, "--log_dir")
+        make_output_folder(settings.log_dir)
+    except OSError as e:
+        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files ({e.strerror or e}); "
+                        "choose another folder") from None
+    box = [None]
+    if is_master:
+        try:
+            _claim(settings)
+        except (UserError, OSError) as e:
+            box = [str(e) if isinstance(e, UserError) else describe_os_error(e)]
+    if distributed:
+        dist.broadcast_object_list(box, 0)
+    if box[0] is not None:
+        raise UserError(box[0])
+
+
+def _claim(settings):
+    """Rank 0's part of claim_run: the lock, then the log's name."""
+    lock = Path(settings.log_dir) / f"{settings.run_id}.lock"
+    try:
+        release = hold_lock(lock)
+    except LockHeld as e:
+        raise UserError(f"the run {settings.run_id!r} is live: {e} writes its files in {settings.log_dir} (it holds "
+                        f"{lock}); stop it or wait for it to end{', then resume' if settings.resume else ''}, or "
+                        f"choose another {'--log_dir' if settings.resume else '--run_id'}") from None
+    taken = Path(settings.log_dir) / f"{settings.run_id}.txt"
+    if not settings.resume and not settings.overwrite and taken.exists():
+        release()
+        raise UserError(f"--run_id {settings.run_id!r} is taken: {taken} exists; choose another --run_id, or "
+                        "pass --overwrite True to replace that run's files")
+
+
+def open_log(settings, is_master: bool, resuming: bool) -> Logger:
+    """The run's log, once nothing can refuse the run any more (claim_run named it), with its first lines: where it
+    is, the code, versions and settings."""
     log = Logger(settings.log_dir, settings.run_id, is_master, fresh=not resuming)
     log(f"log: {log.path}" + (f" (resuming {settings.resume})" if resuming else ""))
     log.record_environment(settings)

@@ -32,13 +32,20 @@ def parse_value(name: str, text: str, default):
         value = literal_eval(text)
     except (ValueError, SyntaxError):
         raise UserError(f"--{name} {text!r} is not a valid {type(default).__name__}") from None
+    return typed(name, value, default, text)
+
+
+def typed(name: str, value, default, text=None):
+    """`value` as a value of the default's type (an int where a float is expected is one, a list where a tuple is
+    a tuple), finite; else a UserError naming --name and the value (`text`, as given, where it was text)."""
     if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if isinstance(default, tuple) and isinstance(value, list):
         value = tuple(value)
     if type(value) is not type(default):
         kind = type(default).__name__
-        raise UserError(f"--{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got {text!r}")
+        raise UserError(f"--{name} expects {'an' if kind[0] in 'aeiou' else 'a'} {kind}, got "
+                        f"{value if text is None else text!r}")
     if not all(math.isfinite(v) for v in _numbers(value)):  # 1e999 parses as inf
         raise UserError(f"--{name} {value!r} must be finite")
     return value

@@ -46,14 +46,16 @@ def tree(root: Path) -> dict:
 
 
 def refused(capfd, main, argv, root: Path, words=(), status=None):
-    """main(argv) ends with one `error:` line holding `words`, a non-zero status, and nothing under root changed."""
+    """main(argv) ends with one `error:` line holding `words`, a non-zero status, and nothing under root changed;
+    returns the line."""
     before = tree(root)
     with pytest.raises(SystemExit) as e:
         main(argv)
     err = capfd.readouterr().err
-    one_error_line(err, *words)
+    line = one_error_line(err, *words)
     assert e.value.code not in (0, None) and (status is None or e.value.code == status), (e.value.code, err)
     assert tree(root) == before, "the inputs are unchanged and nothing was written"
+    return line
 
 
 # -----------------------------------------------------------------------------
@@ -396,8 +398,21 @@ def test_gpu_only_and_fixed_programs_refuse_arguments(tmp_path, capfd):
         refused(capfd, host_overhead.main, [], tmp_path, ["run it on a GPU machine"], status=1)
 
 
+LONG = "p" * 10_000
+
+
+@pytest.mark.parametrize("program, argv", [
+    (synthetic.main, ["--out", LONG]), (download.main, ["--out", LONG]), (plot.main, [LONG, "--out", "x.png"]),
+    (trace_summary.main, [LONG]), (comm_ledger.main, ["--json", LONG]), (replay.main, [LONG]),
+], ids=["synthetic", "download", "plot", "trace_summary", "comm_ledger", "replay"])
+def test_a_10000_character_path_is_one_short_line(tmp_path, capfd, monkeypatch, program, argv):
+    """The ground floor (harness/cli.shown) shows a long path by its ends and length, in every program."""
+    monkeypatch.chdir(tmp_path)
+    assert len(refused(capfd, program, argv, tmp_path, ["...", "(10,000 characters)"])) < 400
+
+
 @pytest.mark.parametrize("content, words", [
-    (None, ["none.pt is not a readable capture of train_gpt.py", "No such file or directory"]),
+    (None, ["the capture '", "none.pt': no such file"]),
     (b"not a checkpoint", ["is not a readable capture of train_gpt.py (not a file torch.save wrote)"]),
     ({"config": {}}, ["is not a file train_gpt.py wrote, not a capture"]),
     ({"kind": "checkpoint", "format": 1}, ["is a checkpoint, not a capture"]),

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from harness.guard import NonFiniteError, Stopped, run_ending
 from harness.launch import Watchdog, difference, read_launch
 from harness.log import Logger
 from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_runtime, cpu_trainer, one_error_line, run_script, settings,
-                         tiny_model)
+                         tiny_model, val_losses)
 
 
 def free_port() -> int:
@@ -177,6 +178,8 @@ PEER_LOST = "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection clo
     (Stopped("stopped by SIGTERM before step 7; resume with: x"), "stopped by SIGTERM before step 7; resume with: x"),
     (KeyboardInterrupt("SIGTERM"), "interrupted by SIGTERM: stopped at once, nothing saved"),
     (KeyboardInterrupt(), "interrupted by SIGINT: stopped at once, nothing saved"),
+    (KeyboardInterrupt("SIGINT; nothing saved; the newest checkpoint is c.pt (of step 4), resume with: x"),
+     "interrupted by SIGINT: stopped at once, nothing saved; the newest checkpoint is c.pt (of step 4), resume with: x"),
     (RuntimeError(PEER_LOST), "error: rank 3: a collective with the other processes failed, most likely because one "
                               f"of them died or hangs (see its log): {PEER_LOST}"),
     (UserError("no train shards match 'x_*.bin'"), "error: no train shards match 'x_*.bin'"),
@@ -220,7 +223,7 @@ def load(hp, path, given=(), rank=0, world=1):
     for name in given:
         setattr(resume, name, getattr(hp, name))
     return load_checkpoint(resume, {"resume", *given}, rank, world, lambda s: tg.Schedule(s).total_steps,
-                           lambda s: tg.weight_shapes(s, cpu_runtime(world)))
+                           lambda s: tg.weight_shapes(s, cpu_runtime(world)), tg.validate)
 
 
 def rewrite(path, **changes):
@@ -243,8 +246,17 @@ def test_a_checkpoint_loads_with_its_settings(checkpoint):
     ("other_version", "was written with other settings (no_such_setting) by another version"),
     ("renamed", "holds rank 1 of a 2-process run; this is rank 0 of 1"),
     ("weights_changed", "its weights do not fit its settings (attn_bank: (3, 256, 64) saved, (10, 256, 64) expected)"),
-    ("finished", "is of a finished run (step 8 of 8): there is nothing to resume"),
     ("setting_equal_to_default", "--adam_lr 0.008 differs from the resumed run's 0.01"),
+    ("setting_of_another_type", "its saved setting --model_dim expects an int, got '64'"),
+    ("setting_out_of_range", "its settings break a rule: --model_dim 60 must be a multiple of 8"),
+    ("setting_out_of_range_with_the_command_line", "--profile_steps '7:9' must look like 100:103"),
+    ("step_below_0", "its state.step -3 is not a step in 0..8"),
+    ("step_past_the_end", "its state.step 9 is not a step in 0..8"),
+    ("step_not_a_number", "its state.step 3.0 is not a step in 0..8"),
+    ("data_position", "its state.loader (0, -1) is not (shard, document): two whole numbers >= 0"),
+    ("no_state", "holds no trainer state"),
+    ("train_time", "its train_ms -5.0 is not a time in ms >= 0"),
+    ("stage_times", "its stage_ms {0: 'x'} is not {stage: ms per step >= 0}"),
 ])
 def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
     hp, path = checkpoint
@@ -266,16 +278,41 @@ def test_resume_refuses_what_was_not_saved_for_it(checkpoint, case, message):
         obj = torch.load(path, weights_only=True)
         obj["state"]["model"]["attn_bank"] = obj["state"]["model"]["attn_bank"][:3]
         torch.save(obj, path)
-    elif case == "finished":
+    elif case.startswith("setting_of") or case == "setting_out_of_range":
         obj = torch.load(path, weights_only=True)
-        obj["state"]["step"] = 8
+        rewrite(path, config={**obj["config"], "model_dim": "64" if case == "setting_of_another_type" else 60})
+    elif case == "setting_out_of_range_with_the_command_line":  # a runtime setting given, past the saved run's end
+        hp.profile_steps, given = "7:9", ("profile_steps",)
+    elif case.startswith("step_"):
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["step"] = {"step_below_0": -3, "step_past_the_end": 9, "step_not_a_number": 3.0}[case]
         torch.save(obj, path)
+    elif case == "data_position":
+        obj = torch.load(path, weights_only=True)
+        obj["state"]["loader"] = (0, -1)
+        torch.save(obj, path)
+    elif case == "no_state":
+        rewrite(path, state={"model": {}})
+    elif case == "train_time":
+        rewrite(path, train_ms=-5.0)
+    elif case == "stage_times":
+        rewrite(path, stage_ms={0: "x"})
     else:  # given on the command line equal to its default: still given, so still compared
         obj = torch.load(path, weights_only=True)
         rewrite(path, config={**obj["config"], "adam_lr": 0.01})
         hp.adam_lr, given = 0.008, ("adam_lr",)
-    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserError) as e:
         load(hp, path, given)
+    assert message in str(e.value), str(e.value)
+    assert str(path) in str(e.value) or case == "setting_equal_to_default", "a fault of the file names it"
+
+
+def test_a_checkpoint_of_the_last_step_resumes_to_the_final_validation(checkpoint):
+    hp, path = checkpoint
+    obj = torch.load(path, weights_only=True)
+    obj["state"]["step"] = 8  # of 8: a run stopped before its final validation
+    torch.save(obj, path)
+    assert load(hp, path)[1]["state"]["step"] == 8
 
 
 def test_replay_refuses_a_checkpoint(checkpoint):
@@ -283,6 +320,23 @@ def test_replay_refuses_a_checkpoint(checkpoint):
         read_file(str(checkpoint[1]), "capture")
     r = run_script([str(checkpoint[1]), "--device", "cpu"], script="tools/replay.py")
     one_error_line(r.stderr, "is a checkpoint, not a capture")
+
+
+def test_replay_checks_a_captures_contents_as_resume_does(checkpoint):
+    """tools/replay.py reads a capture's settings and state by the same rules as a resume."""
+    hp, path = checkpoint
+    obj = torch.load(path, weights_only=True)
+    obj["state"]["step"] = -3
+    rewrite(path, kind="capture", state=obj["state"])
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path}: its state.step -3 is not a step in 0..8")
+    obj["state"]["step"] = 3
+    rewrite(path, state=obj["state"])
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path} holds no batches, forward, grad_accum_steps, reproduced: not a whole capture")
+    rewrite(path, config={**obj["config"], "model_dim": "64"})
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path}: its saved setting --model_dim expects an int, got '64'")
 
 
 def data_fingerprint(train: str, val: str) -> str:
@@ -411,6 +465,254 @@ def test_a_log_dir_that_cannot_hold_the_files_is_refused_before_start_up(tmp_pat
     r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
                                  "--num_scheduled_steps", "6", "--log_dir", str(tmp_path / log_dir)])
     one_error_line(r.stderr, message.format(tmp_path / log_dir, tmp_path / "a_file"))
+
+
+# --- one writer per run, and where a resumed run writes --------------------------------------------
+
+HOLD = "import sys, time; from harness.files import hold_lock; hold_lock(sys.argv[1]); print('held', flush=True); time.sleep(60)"
+
+
+def test_a_lock_has_one_holder_who_is_named_and_a_killed_one_leaves_nothing_stale(tmp_path):
+    lock = tmp_path / "run.lock"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(lock)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(files.LockHeld, match=f"process {holder.pid} on host "):
+        files.hold_lock(lock)
+    holder.kill()  # SIGKILL: no clean-up of its own; its file stays, with its pid
+    holder.wait()
+    assert lock.exists()
+    release = files.hold_lock(lock)  # the kernel released the lock: taken over at once
+    assert lock.read_text().split()[0] == str(os.getpid())
+    release()
+    assert not lock.exists()
+
+
+def test_of_two_that_take_a_lock_at_once_one_wins(tmp_path, monkeypatch):
+    """Taking the lock is one step, not a check and then a create: two takers run side by side, and a taker that
+    got as far as writing its name waits there for the other (0.3 s of grace), which ends as the winner's rival,
+    refused and naming it (it waits for the name), never as a second holder."""
+    lock, both_writing = tmp_path / "run.lock", threading.Barrier(2)
+
+    class WaitingWrites:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def write(self, text):
+            try:
+                both_writing.wait(timeout=0.3)
+            except threading.BrokenBarrierError:  # the other one never got here
+                pass
+            return self.f.write(text)
+    monkeypatch.setattr(files, "open", lambda *args: WaitingWrites(open(*args)), raising=False)
+    outcomes = []
+
+    def take():
+        try:
+            outcomes.append(files.hold_lock(lock))
+        except files.LockHeld as e:
+            outcomes.append(str(e))
+    takers = [threading.Thread(target=take) for _ in range(2)]
+    for t in takers:
+        t.start()
+    for t in takers:
+        t.join()
+    held = [o for o in outcomes if callable(o)]
+    assert len(held) == 1 and outcomes.count(f"process {os.getpid()} on host {socket.gethostname()}") == 1, outcomes
+    held[0]()
+
+
+def md5(path) -> str:
+    import hashlib
+    return hashlib.md5(Path(path).read_bytes()).hexdigest()
+
+
+def test_a_live_run_is_neither_started_again_nor_resumed_until_it_dies(tmp_path, synthetic_data):
+    """A run holds its run id while it lives: a second start of the same --run_id (even with --overwrite) and a
+    --resume of its checkpoint are refused in one line naming its process, its log and checkpoint untouched by them;
+    once it is killed (SIGKILL: nothing of its own clean-up runs), its checkpoint resumes."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "60", "--num_extension_steps", "0",
+                          "--log_dir", str(tmp_path), "--run_id", "RWA"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    live = subprocess.Popen([sys.executable, "train_gpt.py", *flags, "--checkpoint_every", "2"], cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        checkpoint = tmp_path / "RWA_checkpoint_rank0.pt"
+        for line in live.stdout:
+            if line.startswith("checkpoint of step 2"):
+                break
+        live.send_signal(signal.SIGSTOP)  # it stays alive, and writes nothing while the others try
+        log_before, checkpoint_before = md5(tmp_path / "RWA.txt"), md5(checkpoint)
+        for args in (flags, flags + ["--overwrite", "True"], ["--resume", str(checkpoint), "--device", "cpu"]):
+            r = run_script(args)
+            one_error_line(r.stderr, f"the run 'RWA' is live: process {live.pid} on host",
+                           f"it holds {tmp_path / 'RWA.lock'}")
+        assert (md5(tmp_path / "RWA.txt"), md5(checkpoint)) == (log_before, checkpoint_before)
+    finally:
+        live.kill()
+        live.wait()
+    resumed = subprocess.Popen([sys.executable, "train_gpt.py", "--resume", str(checkpoint), "--device", "cpu"],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in resumed.stdout:
+        if line.startswith("step:"):  # training on
+            break
+    resumed.send_signal(signal.SIGINT)
+    resumed.communicate(timeout=120)
+    assert "resumed at step" in (tmp_path / "RWA.txt").read_text()
+
+
+def test_every_rank_gets_rank_0s_refusal_of_a_live_run(tmp_path, synthetic_data):
+    """Rank 0 alone holds the lock: with two gloo ranks, both end at once with its line, neither waits for the
+    other until --dist_timeout."""
+    release = files.hold_lock(tmp_path / "RWA.lock")  # as a live run of that id holds it
+    try:
+        start = time.time()
+        r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                                     "--log_dir", str(tmp_path), "--run_id", "RWA", "--dist_timeout", "120"], nproc=2)
+        assert r.returncode != 0 and time.time() - start < 100, r.stderr[-2000:]
+        assert r.stderr.count(f"error: the run 'RWA' is live: process {os.getpid()} on host") == 2, r.stderr[-3000:]
+    finally:
+        release()
+    assert not (tmp_path / "RWA.txt").exists()
+
+
+@pytest.fixture
+def stopped_run(tmp_path, synthetic_data):
+    """A run of 6 steps whose newest checkpoint is of step 4: (its log, its checkpoint)."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "6", "--num_extension_steps", "0",
+                          "--checkpoint_every", "4", "--log_dir", str(tmp_path / "logs"), "--run_id", "r"]
+    r = run_script(flags)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return tmp_path / "logs" / "r.txt", tmp_path / "logs" / "r_checkpoint_rank0.pt"
+
+
+def test_a_resume_writes_beside_the_checkpoint_it_was_given(tmp_path, stopped_run):
+    """A checkpoint copied elsewhere resumes there: its log and checkpoints go beside the copy, and the original run's
+    files keep their bytes; a copy under another name beside the original is refused rather than replace the
+    original checkpoint; --log_dir puts them where it says."""
+    log, checkpoint = stopped_run
+    before = md5(log), md5(checkpoint)
+    (tmp_path / "moved").mkdir()
+    moved = tmp_path / "moved" / checkpoint.name
+    moved.write_bytes(checkpoint.read_bytes())
+    r = run_script(["--resume", str(moved), "--device", "cpu", "--checkpoint_every", "1"])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (md5(log), md5(checkpoint)) == before, "the original run's files are as they were"
+    assert "resumed at step 4" in (tmp_path / "moved" / "r.txt").read_text()
+    assert torch.load(moved, weights_only=True)["state"]["step"] == 6
+    renamed = checkpoint.with_name("r_step4.pt")
+    renamed.write_bytes(checkpoint.read_bytes())
+    r = run_script(["--resume", str(renamed), "--device", "cpu"])
+    one_error_line(r.stderr, f"resuming {renamed} would replace {checkpoint}")
+    assert (md5(log), md5(checkpoint)) == before
+    r = run_script(["--resume", str(renamed), "--device", "cpu", "--log_dir", str(tmp_path / "elsewhere")])
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (md5(log), md5(checkpoint)) == before
+    assert "resumed at step 4" in (tmp_path / "elsewhere" / "r.txt").read_text()
+
+
+def test_a_run_stopped_at_its_last_step_resumes_to_its_final_validation(tmp_path, synthetic_data):
+    """A checkpoint of step N of N (a run stopped before its final validation, or one that ended) resumes: the
+    final validation, the same val loss, and the summary."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "3", "--num_extension_steps", "0",
+                          "--save_checkpoint", "True", "--log_dir", str(tmp_path), "--run_id", "end"]
+    whole = run_script(flags)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    resumed = run_script(["--resume", str(tmp_path / "end_checkpoint_rank0.pt"), "--device", "cpu"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed at step 3" in resumed.stdout and "summary: val loss" in resumed.stdout
+    assert val_losses(resumed.stdout) == val_losses(whole.stdout)[-1:]
+
+
+def test_a_second_signal_names_the_newest_checkpoint(tmp_path, synthetic_data):
+    """A second signal (as timeout, schedulers and torchrun's forwarding send them) stops at once: the line names the
+    newest checkpoint that exists and how to resume from it."""
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"], "--warmup",
+                          "False", "--val_every", "0", "--num_scheduled_steps", "60", "--num_extension_steps", "0",
+                          "--checkpoint_every", "2", "--log_dir", str(tmp_path), "--run_id", "twice"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.Popen([sys.executable, "train_gpt.py", *flags], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("checkpoint of step 2"):
+            break
+    # two signals pending while it is stopped (two of one kind would be one) are handled one after the other,
+    # SIGINT first: the second arrives before any step boundary
+    proc.send_signal(signal.SIGSTOP)
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    checkpoint = tmp_path / "twice_checkpoint_rank0.pt"
+    step = torch.load(checkpoint, weights_only=True)["state"]["step"]
+    assert err.splitlines()[-1] == (f"interrupted by SIGTERM: stopped at once, nothing saved; the newest checkpoint "
+                                    f"is {checkpoint} (of step {step}), resume with: python3 train_gpt.py --resume "
+                                    f"{checkpoint}"), err[-2000:]
+
+
+def test_help_says_where_a_resume_writes(capsys):
+    with pytest.raises(SystemExit):
+        settings(["--help"])
+    text = capsys.readouterr().out
+    assert "a --resume's: its checkpoint's folder unless given" in text and "appending to <run_id>.txt" in text
+
+
+# --- long and unreadable paths ---------------------------------------------------------------------------
+
+def test_long_paths_are_one_short_line(tmp_path, synthetic_data):
+    """A 10,000-character --run_id, --log_dir or --resume, and a 300-character --run_id: one `error:` line naming
+    the option, the value shown by its ends and length, never a traceback."""
+    data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
+    for option, value, words in [("--run_id", "r" * 10_000, ["must be a plain file name (up to 200", "(10,000 characters)"]),
+                                 ("--run_id", "r" * 300, ["must be a plain file name (up to 200", "(300 characters)"]),
+                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files (File name too long)"]),
+                                 ("--resume", "c" * 10_000 + ".pt", ["File name too long; choose a shorter name"])]:
+        r = run_script(TINY_FLAGS + data + [option, value])
+        assert len(one_error_line(r.stderr, option, *words)) < 400
+
+
+def test_a_folder_given_to_resume_says_it_is_one_and_names_a_checkpoint_in_it(checkpoint):
+    hp, path = checkpoint
+    with pytest.raises(UserError, match=f"--resume '{path.parent}' is a folder; name a file in it, e.g. {path}$"):
+        settings(["--resume", str(path.parent)])
+    with pytest.raises(UserError, match=f"the capture '{path.parent}' is a folder; name a file in it$"):
+        read_file(str(path.parent), "capture")
+
+
+def test_an_unreadable_checkpoint_is_one_line(checkpoint, monkeypatch):
+    """Tests may run as root, who may read anything: the permission check is os.access's answer, replaced here."""
+    hp, path = checkpoint
+    monkeypatch.setattr(files.os, "access", lambda p, mode: Path(p) != path)
+    for read in (lambda: settings(["--resume", str(path)]), lambda: read_file(str(path), "checkpoint")):
+        with pytest.raises(UserError, match="no permission to read it; give yourself permission or use another path"):
+            read()
+
+
+SETPRIV = ["setpriv", "--inh-caps=-dac_override,-dac_read_search", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and shutil.which("setpriv") is None, reason="root without setpriv reads anything")
+def test_a_folder_the_process_may_not_read_is_one_line(tmp_path, synthetic_data):
+    """chmod 000 on the folder of --log_dir or --resume; root runs without the capabilities that bypass it."""
+    noperm = tmp_path / "noperm"
+    (noperm / "logs").mkdir(parents=True)
+    noperm.chmod(0)
+    try:
+        as_user = SETPRIV if os.geteuid() == 0 else []
+        data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
+        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files (Permission denied)"]),
+                                     ("--resume", noperm / "logs" / "r_checkpoint_rank0.pt", ["Permission denied"])]:
+            env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+            r = subprocess.run(as_user + [sys.executable, "train_gpt.py", *TINY_FLAGS, *data, option, str(value)],
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+            one_error_line(r.stderr, f"{option} '{value}'", *words)
+    finally:
+        noperm.chmod(0o755)
 
 
 # --- the last settings ------------------------------------------------------------------------------

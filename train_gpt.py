@@ -1679,6 +1679,8 @@ class Trainer:
             self.warmup()
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
+        if self.rt.distributed:  # the clocks start together: rank 0's would time a rank still compiling (19 s once)
+            dist.barrier()
         start = self.resume(resume) if resume else 0
         clock = TrainClock(self.schedule.bounds, self.sync, resume)
         lines = StepLines(self.metrics, clock, total, log, self.rt.distributed)

@@ -85,7 +85,7 @@ class Hyperparameters:
     val_every: int = 250  # validate every N steps (0: only at the end); excluded from train time
     val_micro_batch_tokens: int = 4 * 64 * 1024  # tokens per rank per validation forward
     seed: int = 0  # initial weights (data order is fixed by the shards)
-    run_id: str = ""  # log file name under logs/; default: a fresh uuid
+    run_id: str = ""  # the log's file name in --log_dir (and the checkpoints' prefix); default: a fresh uuid
     log_dir: str = runtime("logs")  # folder of the log, captures, traces and checkpoints; a --resume's: its checkpoint's folder unless given
     # runtime
     device: str = runtime("auto")  # auto | cuda | cpu

@@ -1232,7 +1232,8 @@ class ValData:
 class CheckedData:
     train: dict[Path, np.ndarray]  # the train shards in order, with their sequence starts (the loader's index)
     val: list[Path]  # the validation shards that hold the val tokens
-    shards: list[str]  # each file read, train then val: name, size, checksum (data/shards.py: identities, fingerprint)
+    shards: list[str]  # each file read, train then val: name, size, checksum (data/shards.py: identities)
+    fingerprint: str  # of the shards: checkpoints and captures name the data they were cut from
     report: str  # for the log
 
 
@@ -1313,7 +1314,8 @@ def check_data(hp: Hyperparameters, schedule: "Schedule", world_size: int) -> Ch
               f"take {taken:,} of them (documents {pieces}cut at {'/'.join(map(str, hp.stage_seq_lens))} tokens) and "
               f"end in shard {shard + 1}; validation: {hp.val_tokens:,} tokens from {len(val_files)} shard(s)\n"
               f"data: train {', '.join(map(str, files))}\ndata: val {', '.join(map(str, val_files))}")
-    return CheckedData(index, list(val_files), identities({**checksums, **val_files}), report)
+    shards = identities({**checksums, **val_files})
+    return CheckedData(index, list(val_files), shards, fingerprint(shards), report)
 
 # -----------------------------------------------------------------------------
 # Schedules: three equal stages of growing batch, sequence length and attention windows, then an
@@ -1482,7 +1484,7 @@ class Trainer:
         self.metrics = torch.zeros(schedule.total_steps, 3, device=rt.device)
         self.ranks_summed = rt.world_size if rt.distributed else 1
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
-        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, fingerprint(data.shards))
+        self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
         watchdog = Watchdog(hp.dist_timeout, rt.rank, log, peers=rt.distributed)  # a stall ends the run: no hang
         self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
                                             self.checkpoints, log, watchdog)
@@ -1761,7 +1763,7 @@ def main(argv: list[str] | None = None) -> int:
         data = check_data(hp, schedule, rt.world_size)  # before the model is built
         if rt.distributed:  # the same run on every rank
             agree(dataclasses.asdict(hp), data.shards, rt.rank, rt.world_size)
-        need(not resume or resume["data"] == fingerprint(data.shards), "the shards are not those the checkpoint was "
+        need(not resume or resume["data"] == data.fingerprint, "the shards are not those the checkpoint was "
              f"cut from (names, sizes or tokens differ: {hp.train_files!r}, {hp.val_files!r}); resume with its data")
         log = open_log(hp, rt.is_master, resuming=resume is not None)
         try:

@@ -157,12 +157,11 @@ def serve(work) -> int:
         os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
         work()
     else:
-        with backward_only():
-            work()
+        backward_only()
+        work()
     return 0
 
 
-@contextlib.contextmanager
 def backward_only():
     """The backward helper's compile: the forward's Inductor compile skipped, the process ended once the backward is
     compiled into the cache (nothing here runs the model). With warm caches nothing compiles and work() runs on."""
@@ -174,4 +173,3 @@ def backward_only():
         os._exit(0)
     graph_compile._aot_stage2b_fw_compile = lambda *args, **kwargs: (None, None)  # (output strides, forward)
     graph_compile._aot_stage2b_bw_compile = compile_and_exit
-    yield

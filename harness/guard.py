@@ -108,7 +108,7 @@ class Watch:
     """
 
     def __init__(self, guard: NonFiniteGuard, every: int, snapshot, capture, stop: StopRequest, checkpoints, log,
-                 watchdog: Watchdog | None):
+                 watchdog: Watchdog):
         self.guard, self.every, self.snapshot, self.capture = guard, every, snapshot, capture
         self.stop, self.checkpoints, self.log, self.watchdog = stop, checkpoints, log, watchdog
         self.distributed = guard.distributed
@@ -123,13 +123,11 @@ class Watch:
 
     def end(self):
         self.stop.in_loop = False
-        if self.watchdog is not None:
-            self.watchdog.disarm()
+        self.watchdog.disarm()
 
     def check(self, step: int, validate: bool) -> bool:
         """Before `step`: raises NonFiniteError if a step so far went non-finite; says whether to stop here."""
-        if self.watchdog is not None:
-            self.watchdog.beat(step)
+        self.watchdog.beat(step)
         stopping = self.stop.reason is not None and not self.distributed  # one process: at once; ranks: agreed
         if step > self.start and self.every > 0 and (validate or step % self.every == 0):  # the guard's cost
             with torch.profiler.record_function("guard_check"):  # a named range in --profile_steps traces

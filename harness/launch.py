@@ -105,7 +105,6 @@ def peer_failure(error: BaseException) -> str | None:
             f"one of them died or hangs (see its log): {(text.splitlines() or [''])[0][:300]}")
 
 
-
 def agree(settings: dict, shards: list[str], rank: int, world_size: int):
     """Every rank runs what rank 0 runs, before anything is built: the same settings and data (each shard's identity,
     data/shards.py), else every rank stops with the same line naming the first difference. One all-gather of a short

@@ -5,7 +5,6 @@ import inspect
 import math
 import re
 from ast import literal_eval
-from pathlib import Path
 
 from harness.cli import UserError
 

@@ -93,7 +93,7 @@ class Hyperparameters:
     fa3_hub_wait: float = runtime(120.0)  # seconds to wait for the Hugging Face kernel hub's FA3 (offline: then fall through)
     dist_timeout: float = runtime(300.0)  # seconds processes wait for each other (joining, collectives) and a step may take before the run ends; above a cold compile (100-135 s)
     compile: bool = runtime(True)  # torch.compile the model and optimizer math
-    compile_helpers: bool = runtime(True)  # CUDA warm-up: two helper processes compile the backward and optimizer graphs meanwhile
+    compile_helpers: bool = runtime(True)  # CUDA warm-up: helper processes compile the backward, optimizer and validation graphs meanwhile
     cuda_graphs: bool = runtime(True)  # CUDA: replay each micro-batch's forward+backward as a CUDA graph
     warmup: bool = runtime(True)  # untimed compile and capture warm-up on each stage's first steps, then a state reset
     save_checkpoint: bool = runtime(False)  # save a resumable checkpoint at the end and when a run stops early: <log_dir>/<run_id>_checkpoint_rank<r>.pt, one per rank
@@ -1455,7 +1455,7 @@ class Trainer:
     def __init__(self, hp: Hyperparameters, rt: Runtime, schedule: "Schedule", data: CheckedData, log: Logger,
                  stop: StopRequest, helpers: compile_helpers.CompileHelpers | None = None, helper: str = ""):
         """data: check_data's; stop: the signal handler's request; helpers: a cold start's, stopped after the warm-up;
-        helper: this process is one of them, "backward" or "optimizer" (compile_ahead)."""
+        helper: this process is one of them: "backward", "optimizer" or "validation" (compile_ahead)."""
         self.hp, self.rt, self.schedule, self.train_index, self.log = hp, rt, schedule, data.train, log
         self.helpers, self.helper = helpers, helper
         self.model = build_model(hp, rt)
@@ -1463,6 +1463,8 @@ class Trainer:
         # (and one validation graph every window); a graph per stage cost ~1 min of start-up each.
         compile_model = hp.compile and helper != "optimizer"
         self.forward = torch.compile(self.model, dynamic=True, fullgraph=True) if compile_model else self.model
+        # validation's own entry, traced afresh as the validation helper traces it (forward's, retraced, missed its graph)
+        self.evaluate = torch.compile(lambda *batch: self.model(*batch), dynamic=True, fullgraph=True) if compile_model else self.model
         self.w8 = self.model.fp8_weights()  # remade in place before each step and validation: CUDA graphs read them
         # the run compiles the copies' graph itself, first thing: its few kernels fit in the time it then waits for the
         # backward helper (records/enwiki-124/2026-11-27_fp8-weight-copies-stacked); helpers make them eagerly
@@ -1531,7 +1533,7 @@ class Trainer:
         self.model.eval()
         self.remake_w8()
         with torch.no_grad():
-            total = sum(self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) for mb in batches)
+            total = sum(self.evaluate(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) for mb in batches)
         self.model.train()
         return total
 
@@ -1634,10 +1636,11 @@ class Trainer:
             self.optimizer.step(*self.schedule.at(step).optimizer_args)
 
     def compile_ahead(self):
-        """A compile helper's work (harness/compile_helpers.py): the first two steps, one micro-batch each. The
-        backward helper ends inside the first, once its backward graph is in the cache; the optimizer helper compiles
-        the optimizer's graphs first, which the run needs right after its first backward, while these eager steps
-        build every Triton kernel the model calls."""
+        """A compile helper's work (harness/compile_helpers.py): the warm-up's validation call, or the first two steps, one
+        micro-batch each: the backward helper ends inside the first, once its backward is in the cache; the optimizer
+        helper compiles the optimizer's graphs (needed right after the run's first backward), then builds kernels."""
+        if self.helper == "validation":
+            return self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)]).item()
         if self.helper == "optimizer":
             self.compile_optimizer()
         for step in (0, 1):
@@ -1664,6 +1667,8 @@ class Trainer:
                 self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
                          f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "
                          f"{time.time() - PROCESS_START:.1f}s")
+            if self.helpers:  # its graph in the cache
+                self.helpers.wait("validation")
             self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)])
             self.sync()
             self.log(f"warm-up: validation done at {time.time() - PROCESS_START:.1f}s")

@@ -1,19 +1,22 @@
 """A cold start's compile helpers. The first warm-up step compiles, one after another, the model's forward and
 backward graphs (Inductor compiles the backward as soon as the forward is compiled: the shapes are dynamic) and then
-the optimizer's graphs, each from scratch when the caches are empty. Two helper processes, the same script and
-settings run again with ROLE in their environment, fill the shared Inductor and Triton caches meanwhile; what each
-runs is the trainer's (train_gpt.Trainer.compile_ahead), given to serve() as one callable:
+the optimizer's graphs, each from scratch when the caches are empty; the warm-up's last call compiles the validation
+graph (no gradients, the evaluation head). Three helper processes, the same script and settings run again with ROLE in
+their environment, fill the shared Inductor and Triton caches meanwhile; what each runs is the trainer's
+(train_gpt.Trainer.compile_ahead), given to serve() as one callable:
 
 - "backward" traces the model as the run does, skips the forward's Inductor compile, compiles the backward and
   exits (backward_only). The run, which compiled its forward meanwhile, waits for it at its own backward compile
   and then finds that graph in Inductor's cache (the same graph, so the same key).
 - "optimizer" compiles the optimizer's graphs from zero gradients, then runs the first two steps, one micro-batch
   each, with the model uncompiled: that builds the project's own Triton kernels.
+- "validation" compiles the validation graph and exits; the run waits for it before its own validation call.
 
-Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that fails or is slow
-costs the run at most the bounded wait, and it compiles what it does not find. Both are stopped before the first
-timed step, and when the run exits. The run's wait and the backward helper's shortcut replace two private
-functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are missing no helper starts, and
+Each rank has its own: Inductor's cache keys hold the GPU's index, so a graph compiled for one GPU is not found by a
+process on another. Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that
+fails or is slow costs the run at most the bounded wait, and it compiles what it does not find. All are stopped
+before the first timed step, and when the run exits. The run's wait and the backward helper's shortcut replace two
+private functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are missing no helper starts, and
 tests/test_compile_helpers.py fails when their signatures change or the mechanism stops working end to end.
 """
 import atexit
@@ -30,7 +33,9 @@ import time
 from harness.launch import read_launch
 
 ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
-BACKWARD_WAIT_S = 180.0  # the run waits this long at most for the backward helper (a cold backward: 20-30 s)
+WAIT_S = 180.0  # the run waits this long at most for a helper it needs (a cold backward: 20-30 s)
+# the optimizer's few graphs need no pool of 16-32 compile workers beside the run's and the others'
+ROLES = dict(backward={}, optimizer={"TORCHINDUCTOR_COMPILE_THREADS": "2"}, validation={})
 HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
 
 
@@ -65,23 +70,33 @@ def die_with_run() -> bool:
 
 
 class CompileHelpers:
-    """Starts both helpers on this process's GPU (LOCAL_RANK stays; RANK and WORLD_SIZE go, so a helper joins no
+    """Starts the helpers on this process's GPU (LOCAL_RANK stays; RANK and WORLD_SIZE go, so a helper joins no
     process group and runs as rank 0 of an emulated world of the same size); hook() makes the run's backward compile
     wait for the backward helper."""
 
     def __init__(self, script: str, argv: list[str], world_size: int, emulated: bool):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
         emulate = ["--emulate_world_size", str(world_size)] if world_size > 1 and not emulated else []
-        # the optimizer's few graphs need no pool of 16-32 compile workers beside the run's and the backward's
-        extra = dict(backward={}, optimizer={"TORCHINDUCTOR_COMPILE_THREADS": "2"})
-        self.errors = {name: tempfile.TemporaryFile() for name in extra}  # nameless: read by stop() if one fails
+        self.errors = {name: tempfile.TemporaryFile() for name in ROLES}  # nameless: read by stop() if one fails
         self.procs = {name: subprocess.Popen([sys.executable, script, *argv, *emulate],
                                              env={**env, **more, ROLE: f"{name}:{os.getpid()}"},
                                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                              stderr=self.errors[name], start_new_session=True)
-                      for name, more in extra.items()}
+                      for name, more in ROLES.items()}
         atexit.register(self.stop)
-        self.waited = self.compile_backward = None  # the hook's wait; AOTAutograd's function it replaces
+        self.waited: dict[str, float] = {}  # seconds the run waited for a helper, by role
+        self.compile_backward = None  # AOTAutograd's function the hook replaces
+
+    def wait(self, name: str):
+        """Until helper `name` has exited, at most WAIT_S (then the run compiles what is not in the cache itself)."""
+        if name not in self.procs or name in self.waited:
+            return
+        t = time.time()
+        try:
+            self.procs[name].wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            pass
+        self.waited[name] = time.time() - t
 
     def hook(self):
         from torch._functorch._aot_autograd import graph_compile
@@ -91,12 +106,7 @@ class CompileHelpers:
 
         def wait_then_compile(*args, **kwargs):  # the run's first backward compile is the model's
             graph_compile._aot_stage2b_bw_compile = self.compile_backward
-            t = time.time()
-            try:
-                self.procs["backward"].wait(BACKWARD_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass
-            self.waited = time.time() - t
+            self.wait("backward")
             return self.compile_backward(*args, **kwargs)
         graph_compile._aot_stage2b_bw_compile = wait_then_compile
 
@@ -121,7 +131,8 @@ class CompileHelpers:
         if not hooked:
             return ""
         counts = torch._dynamo.utils.counters["inductor"]
-        waited = "" if self.waited is None else f"; the run waited {self.waited:.1f}s for the backward"
+        waited = ", ".join(f"{s:.1f}s for the {name}" for name, s in self.waited.items())
+        waited = f"; the run waited {waited}" if waited else ""
         # a cold start compiles its forward here (and the FP8 weight copies'); more were missed by the helpers
         return (f"compile helpers: {', '.join(states)}{waited}; {counts['fxgraph_cache_hit']} graphs came from "
                 f"Inductor's cache, {counts['fxgraph_cache_miss']} compiled here")
@@ -153,12 +164,11 @@ def serve(work) -> int:
     if not die_with_run():
         return 1
     gc.disable()  # as collector_off() in the run's warm-up; a helper only compiles, then exits
-    if role() == "optimizer":
-        os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
-        work()
-    else:
+    if role() == "backward":
         backward_only()
-        work()
+    else:
+        os.nice(10)  # behind the run and the backward helper, which are on the start-up's critical path
+    work()
     return 0
 
 

@@ -1,13 +1,15 @@
 """harness/compile_helpers.py: where helpers start, the private AOTAutograd functions they replace, and the mechanism
 end to end on the CPU: a helper process compiles a function's backward (its forward compile skipped) into Inductor's
 cache, and the run, waiting for it at its own backward compile, finds it there and computes what the uncompiled
-function does; train_gpt.py's own helper processes run their part of the first steps.
+function does (and so for the validation graph); train_gpt.py's own helper processes run their part of the first
+steps, and the run's validation graph is the one its validation helper traces.
 
     python3 -m pytest -q tests/test_compile_helpers.py
 """
 import dataclasses
 import inspect
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,7 +77,7 @@ def test_no_helpers_without_cuda_or_hooks_or_inside_a_helper(gpu_machine):
 def test_start_hooks_the_runs_backward_compile_once_and_stop_unhooks_it(gpu_machine):
     hook = graph_compile._aot_stage2b_bw_compile
     helpers = compile_helpers.start(wanted(), "train_gpt.py", [])
-    assert helpers is not None and len(Popen.started) == 2 and graph_compile._aot_stage2b_bw_compile is not hook
+    assert helpers is not None and len(Popen.started) == 3 and graph_compile._aot_stage2b_bw_compile is not hook
     hooked = graph_compile._aot_stage2b_bw_compile
     helpers.hook()  # once
     assert graph_compile._aot_stage2b_bw_compile is hooked
@@ -115,7 +117,7 @@ def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, 
     flags = ["--seed", "1", "--emulate_world_size", "8"] if emulated else ["--seed", "1"]
     assert compile_helpers.start(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags) is not None
     roles = [env[compile_helpers.ROLE] for _, env, _ in Popen.started]
-    assert roles == [f"backward:{os.getpid()}", f"optimizer:{os.getpid()}"]
+    assert roles == [f"{role}:{os.getpid()}" for role in ("backward", "optimizer", "validation")]
     for cmd, env, kwargs in Popen.started:
         assert cmd[1:] == ["train_gpt.py", "--seed", "1", "--emulate_world_size", "8"]
         assert "RANK" not in env and "WORLD_SIZE" not in env and env["LOCAL_RANK"] == "3"
@@ -155,7 +157,8 @@ def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(t
         time.sleep(0.1)
     child = int(pid_file.read_text())
     line = helpers.stop()
-    assert line.startswith("compile helpers: backward stopped, optimizer exited 1 (error: a helper's last words); "), line
+    assert line.startswith("compile helpers: backward stopped, optimizer exited 1 (error: a helper's last words), "
+                           "validation stopped; "), line
     assert graph_compile._aot_stage2b_bw_compile is hook
     deadline = time.time() + 10
     while not gone(child):
@@ -175,22 +178,38 @@ TOY = textwrap.dedent("""
     def toy(x, w):  # dynamic shapes: Inductor compiles the backward right after the forward, as for the model
         return ((x @ w).relu() * x.sum(1, keepdim=True)).sum()
 
+    def evaluate(x, w):  # validation's own entry (train_gpt.Trainer.evaluate)
+        return toy(x, w)
+
     compiled = torch.compile(toy, dynamic=True, fullgraph=True)
+    compiled_evaluate = torch.compile(evaluate, dynamic=True, fullgraph=True)
     x, w = torch.randn(37, 8), torch.randn(8, 5, requires_grad=True)
 
-    def forward_backward(f):
+    def note_gc():
         if compile_helpers.role():  # a helper compiles with the garbage collector off
             with open(os.environ["GC_STATES"], "a") as out:
                 out.write(f"{{compile_helpers.role()}} {{gc.isenabled()}}\\n")
+
+    def forward_backward(f):
+        note_gc()
         loss = f(x, w)
         loss.backward()
         return loss
 
+    def validate(f):
+        note_gc()
+        with torch.no_grad():
+            return f(x[:29], w)
+
     if compile_helpers.role():  # the optimizer helper runs the model eagerly (train_gpt.Trainer.compile_ahead)
-        sys.exit(compile_helpers.serve(lambda: forward_backward(compiled if compile_helpers.role() == "backward" else toy)))
+        work = dict(backward=lambda: forward_backward(compiled), optimizer=lambda: forward_backward(toy),
+                    validation=lambda: validate(compiled_evaluate))[compile_helpers.role()]
+        sys.exit(compile_helpers.serve(work))
     helpers = compile_helpers.CompileHelpers(__file__, [], 1, False)
     helpers.hook()
     loss = forward_backward(compiled)
+    helpers.wait("validation")
+    val = validate(compiled_evaluate)
     w2 = w.detach().requires_grad_()
     expected = toy(x, w2)
     expected.backward()
@@ -198,12 +217,13 @@ TOY = textwrap.dedent("""
     tol = dict(rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(loss, expected, **tol)
     torch.testing.assert_close(w.grad, w2.grad, **tol)
+    torch.testing.assert_close(val, toy(x[:29], w).detach(), **tol)
     print(helpers.stop())
 """)
 
 
 @pytest.mark.skipif(not shutil.which(os.environ.get("CXX", "g++")), reason="Inductor's CPU backend needs a C++ compiler")
-def test_the_run_finds_the_backward_the_helper_compiled(tmp_path):
+def test_the_run_finds_the_backward_and_validation_the_helpers_compiled(tmp_path):
     script = tmp_path / "toy.py"
     script.write_text(TOY.format(repo=str(REPO)))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
@@ -211,13 +231,15 @@ def test_the_run_finds_the_backward_the_helper_compiled(tmp_path):
     env.pop(compile_helpers.ROLE, None)
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert set((tmp_path / "gc_states").read_text().splitlines()) == {"backward False", "optimizer False"}
+    assert set((tmp_path / "gc_states").read_text().splitlines()) == {"backward False", "optimizer False",
+                                                                      "validation False"}
     line = done.stdout.strip().splitlines()[-1]
-    assert line.startswith("compile helpers: backward exited 0, optimizer exited 0; the run waited"), line
-    assert line.endswith("; 1 graphs came from Inductor's cache, 1 compiled here"), line  # the backward; the forward
+    assert re.fullmatch(r"compile helpers: backward exited 0, optimizer exited 0, validation exited 0; the run waited "
+                        r"[0-9.]+s for the backward, [0-9.]+s for the validation; 2 graphs came from Inductor's cache, "
+                        r"1 compiled here", line), line  # the backward and the validation; the forward
 
 
-@pytest.mark.parametrize("role", ["backward", "optimizer"])
+@pytest.mark.parametrize("role", list(compile_helpers.ROLES))
 def test_train_gpt_as_a_helper_runs_its_first_steps_and_exits(role, tmp_path, synthetic_data):
     """train_gpt.py started as a helper (ROLE naming this process as its run) builds its trainer for the role and
     runs compile_ahead to the end (uncompiled here: nothing to hook), writing no log."""
@@ -248,3 +270,36 @@ def test_the_optimizer_helper_compiles_the_graphs_the_first_steps_use(tmp_path, 
         data = trainer.next_batches(step)
         trainer.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
     assert graphs["unique_graphs"] == compiled
+
+
+def test_the_runs_validation_graph_is_the_one_the_validation_helper_traces(monkeypatch, tmp_path, synthetic_data):
+    """The validation helper traces only the validation call; the run traces it after its training graphs. Both must
+    trace the same graph, or the run misses the helper's cache entry: a retrace of the training forward's entry
+    traced another one (a size symbol passed twice), hence Trainer.evaluate. Dynamo's graphs, compared with their
+    size symbols renamed in order of appearance, under a backend that records them and runs them eagerly."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm.forward
+    compile_ = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, **{**kw, "backend": record}))
+    flags = [f if f != "False" or TINY_FLAGS[i - 1] != "--compile" else "True" for i, f in enumerate(TINY_FLAGS)]
+    hp = settings(flags + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                           "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
+
+    def renamed(code: str) -> str:
+        names = {}
+        return re.sub(r"\bs\d+\b", lambda m: names.setdefault(m.group(), f"s{len(names)}"), code)
+    traced = []
+    for helper in ("validation", ""):
+        torch._dynamo.reset()
+        graphs.clear()
+        trainer = cpu_trainer(hp, helper=helper)
+        if not helper:  # the run: its first training step first
+            data = trainer.next_batches(0)
+            trainer.train_step(0, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
+        trainer.val_loss_sum(trainer.schedule.total_steps, [trainer.val.batch(0)])
+        traced.append(renamed(graphs[-1]))
+    torch._dynamo.reset()
+    assert traced[0] == traced[1]

@@ -13,7 +13,9 @@ their environment, fill the shared Inductor and Triton caches meanwhile; what ea
 - "validation" compiles the validation graph and exits; the run waits for it before its own validation call.
 
 Each rank has its own: Inductor's cache keys hold the GPU's index, so a graph compiled for one GPU is not found by a
-process on another. Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that
+process on another. The validation helper took 10-12 s off a cold start at world 1, 2 and 4, against the run
+compiling that graph itself or the backward helper compiling it after the backward
+(records/enwiki-124/2026-11-28_validation-helper-cold-start). Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that
 fails or is slow costs the run at most the bounded wait, and it compiles what it does not find. All are stopped
 before the first timed step, and when the run exits. The run's wait and the backward helper's shortcut replace two
 private functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are missing no helper starts, and
@@ -88,8 +90,9 @@ class CompileHelpers:
         self.compile_backward = None  # AOTAutograd's function the hook replaces
 
     def wait(self, name: str):
-        """Until helper `name` has exited, at most WAIT_S (then the run compiles what is not in the cache itself)."""
-        if name not in self.procs or name in self.waited:
+        """Until helper `name` has exited, at most WAIT_S (then the run compiles what is not in the cache itself). A run
+        that compiled no backward found warm caches: it does not wait for the validation helper (3 s at world 4)."""
+        if name not in self.procs or name in self.waited or (name == "validation" and "backward" not in self.waited):
             return
         t = time.time()
         try:

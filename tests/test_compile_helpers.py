@@ -303,3 +303,16 @@ def test_the_runs_validation_graph_is_the_one_the_validation_helper_traces(monke
         traced.append(renamed(graphs[-1]))
     torch._dynamo.reset()
     assert traced[0] == traced[1]
+
+
+def test_the_run_waits_for_the_validation_only_after_waiting_for_the_backward(gpu_machine):
+    """A run that compiled no backward had warm caches: it does not wait for the helper to compile the validation."""
+    helpers = compile_helpers.start(wanted(), "train_gpt.py", [])
+    waits = []
+    for name in ("backward", "validation"):
+        helpers.procs[name].wait = lambda timeout, name=name: waits.append(name)
+    helpers.wait("validation")
+    assert waits == [] and helpers.waited == {}
+    helpers.wait("backward")
+    helpers.wait("validation")
+    assert waits == ["backward", "validation"] and set(helpers.waited) == {"backward", "validation"}

@@ -241,16 +241,15 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
         collecting.add(gc.isenabled())
         return micro_step(mb, sched)
     trainer.micro_step = spy
-    forward, evaluated = trainer.forward, []
+    evaluate, evaluated = trainer.evaluate, []
 
-    def forward_spy(inputs, *args):
-        if not torch.is_grad_enabled():
-            evaluated.append((inputs.numel(), args[3].long_window, trainer.model.training))
-        return forward(inputs, *args)
-    trainer.forward = forward_spy
+    def evaluate_spy(inputs, *args):
+        evaluated.append((inputs.numel(), args[3].long_window, trainer.model.training, torch.is_grad_enabled()))
+        return evaluate(inputs, *args)
+    trainer.evaluate = evaluate_spy
     before = trainer.snapshot(0)
     trainer.warmup()
-    assert evaluated == [(hp.val_micro_batch_tokens, hp.final_long_window * hp.window_block, False)]
+    assert evaluated == [(hp.val_micro_batch_tokens, hp.final_long_window * hp.window_block, False, False)]
     assert collecting == {False}, "the garbage collector is off while the warm-up compiles"
     assert gc.isenabled() and gc.get_freeze_count(), "on after it, with the compile's objects frozen out of it"
     gc.unfreeze()  # this test process's objects, for the tests after this one

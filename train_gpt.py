@@ -194,11 +194,13 @@ def validate(hp: Hyperparameters):
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
-    if hp.resume:  # missing, a folder, unreadable: what it is
+
+
+def check_files(hp: Hyperparameters):
+    """--check: the globs match shard files, none in both roles, and --resume names a readable file (their contents
+    are read at the start: check_data, harness/checkpoint.load_checkpoint)."""
+    if hp.resume:
         check_input_file(hp.resume, "--resume", "*_checkpoint_rank0.pt")
-
-
-def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles (contents: at start)
     check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
@@ -219,7 +221,7 @@ from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_ru
 from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
-from kernels.attention import attend  # noqa: E402
+from kernels.attention import Attention, attend  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.fp8_linear import fp8_linear, fp8_tensor  # noqa: E402
@@ -607,10 +609,12 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
                      loss_scale=1 / rt.grad_accum_steps)
 
 
-def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
-    """The model's parameter shapes under these settings, nothing allocated (to check a checkpoint against)."""
+def weight_shapes(hp: Hyperparameters) -> dict[str, tuple]:
+    """The model's parameter shapes under these settings, nothing allocated (to check a checkpoint against): the
+    device and kernels change none of them."""
     with torch.device("meta"):
-        return {name: tuple(p.shape) for name, p in GPT(model_config(hp, rt)).named_parameters()}
+        any_runtime = Runtime(0, 1, torch.device("meta"), 1, Attention("sdpa", "sdpa", ""))
+        return {name: tuple(p.shape) for name, p in GPT(model_config(hp, any_runtime)).named_parameters()}
 
 
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
@@ -1757,7 +1761,7 @@ def main(argv: list[str] | None = None) -> int:
         resume = None
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
-                                         lambda saved: weight_shapes(saved, rt), validate)
+                                         weight_shapes, validate)
         claim_run(hp, rt.is_master, rt.distributed)  # rank 0 holds the run id until it exits
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built

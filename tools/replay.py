@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
-from harness.checkpoint import check_settings, check_state, read_file, settings_from  # noqa: E402
+from harness.checkpoint import read_saved  # noqa: E402
 from harness import cli  # noqa: E402
 
 
@@ -75,20 +75,13 @@ def nonfinite(named) -> list[str]:
 
 
 def replay(path: str, device: str) -> int:
-    capture = read_file(path, "capture")  # anything else is refused with one line
-    try:
-        saved = settings_from(tg.Hyperparameters, capture["config"], path)
-    except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
-        raise cli.UserError(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
-                            "version's code (its log holds it)") from None
-    # the replaying machine's device; eager, for the op-by-op watch; the run's --resume is history, not read here
-    saved.device, saved.compile, saved.resume = device, False, ""
-    check_settings(path, saved, tg.validate)
-    state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
-    check_state(path, state, schedule.total_steps)
+    # read and checked as a resume reads a checkpoint; on the replaying machine's device, eager, for the op-by-op watch
+    saved, capture = read_saved(path, "capture", tg.Hyperparameters, dict(device=device, compile=False), tg.validate,
+                                lambda s: tg.Schedule(s).total_steps, tg.weight_shapes)
     if missing := sorted({"grad_accum_steps", "forward", "batches", "reproduced"} - set(capture)):
         raise cli.UserError(f"{path} holds no {', '.join(missing)}: not a whole capture; the file was changed after "
                             "it was written")
+    state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
     rt = tg.setup_runtime(saved, tg.MICRO_BATCHES)  # refuses with one line, e.g. --device cuda without a GPU
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     step = state["step"]

@@ -1252,8 +1252,7 @@ def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
 def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int], dict[Path, int]]:
     """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
     ({path: sequence starts}, sizes, {path: checksum}); the starts are the BOS positions, or the pieces' ones."""
-    index, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
-    sizes = [read_header(f) for f in index]
+    index, sizes, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     if hp.max_doc_tokens:
         index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
     return index, sizes, checksums

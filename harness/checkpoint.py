@@ -9,8 +9,8 @@ import zipfile
 import torch
 from torch import Tensor
 
-from harness.cli import UserError
-from harness.files import check_input_file, write_atomically
+from harness.cli import UserError, describe_os_error
+from harness.files import atomic_write, check_input_file
 from harness.settings import runtime_settings, typed
 
 FORMAT = 2  # of the checkpoint and capture files (2: a capture holds a checkpoint's state); another is refused
@@ -45,9 +45,10 @@ def refuse_field(path: str, field: str, value, want: str):
 
 
 def save_atomically(obj, path: str):
-    """torch.save straight into a temporary file renamed over `path` (harness/files.py; no copy of the whole file in
-    memory): a reader never sees a half-written file, and a failed write is a UserError naming the path and the
-    cause."""
+    """torch.save straight into a temporary file renamed over `path` (harness/files.atomic_write; no copy of the whole
+    file in memory): a reader never sees a half-written file, and a failed write leaves the previous one as it was
+    and is a UserError naming the path and the cause. Synced to the disk before the rename, so that a crash right
+    after cannot leave an empty checkpoint either."""
     def save(f):
         try:
             torch.save(obj, f)
@@ -55,7 +56,12 @@ def save_atomically(obj, path: str):
             if not isinstance(e.__context__, (OSError, KeyboardInterrupt)):  # an error of its own over that one,
                 raise                                                         # which says what happened
             raise e.__context__ from None
-    write_atomically(path, save)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        atomic_write(path, save)
+    except OSError as e:
+        raise UserError(f"cannot write {describe_os_error(e)}; the previous file, if any, is unchanged") from None
 
 
 def copy_tree(tree, into=None, device=None):

@@ -38,7 +38,7 @@ class Logger:
             with open(self.path, mode) as f:
                 f.write(text)
         except OSError as e:
-            raise UserError(f"cannot write the log {self.path}: {e.strerror or e}") from None
+            raise UserError(f"cannot write the log {describe_os_error(e, self.path)}") from None
 
     def record_environment(self, settings):
         """The code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi into the log; the settings also on
@@ -74,8 +74,8 @@ def claim_run(settings, is_master: bool, distributed: bool):
         check_output_folder(settings.log_dir, "--log_dir")
         make_output_folder(settings.log_dir)
     except OSError as e:
-        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files ({e.strerror or e}); "
-                        "choose another folder") from None
+        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files: "
+                        f"{describe_os_error(e, path='')}") from None
     box = [None]
     if is_master:
         try:

@@ -433,7 +433,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(t
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(files.os, "fsync", full)
-    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; the previous file"):
+    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; free space .*; the previous file"):
         save_atomically({"n": 2}, str(path))
     assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
 
@@ -452,7 +452,8 @@ def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothin
     state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
     with pytest.raises(UserError) as e:
         Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))
-    assert str(e.value) == f"cannot write {path}: No space left on device; the previous file, if any, is unchanged"
+    assert str(e.value) == (f"cannot write {path}: No space left on device; free space on that disk or write elsewhere; "
+                            "the previous file, if any, is unchanged")
     assert len(opened) == 1 and opened[0].room == 0, "the write failed midway"
     assert path.read_bytes() == good and list(path.parent.iterdir()) == [path]
 
@@ -677,7 +678,7 @@ def test_long_paths_are_one_short_line(tmp_path, synthetic_data):
     data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
     for option, value, words in [("--run_id", "r" * 10_000, ["must be a plain file name (up to 200", "(10,000 characters)"]),
                                  ("--run_id", "r" * 300, ["must be a plain file name (up to 200", "(300 characters)"]),
-                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files (File name too long)"]),
+                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files: File name too long; choose"]),
                                  ("--resume", "c" * 10_000 + ".pt", ["File name too long; choose a shorter name"])]:
         r = run_script(TINY_FLAGS + data + [option, value])
         assert len(one_error_line(r.stderr, option, *words)) < 400
@@ -714,7 +715,7 @@ def test_a_folder_the_process_may_not_read_is_one_line(tmp_path, synthetic_data)
     try:
         as_user = SETPRIV if os.geteuid() == 0 else []
         data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
-        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files (Permission denied)"]),
+        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files: Permission denied; give"]),
                                      ("--resume", noperm / "logs" / "r_checkpoint_rank0.pt", ["Permission denied"])]:
             env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
             r = subprocess.run(as_user + [sys.executable, "train_gpt.py", *TINY_FLAGS, *data, option, str(value)],

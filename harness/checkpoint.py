@@ -161,38 +161,32 @@ class Checkpoints:
         # the newest checkpoint of the run, (its rank-0 file, its step): the one resumed from until this run saves
         self.newest = (settings.resume, None) if settings.resume else None
 
-    def path(self, rank: int) -> str:
-        return checkpoint_path(self.settings, rank)
-
     def due(self, step: int, start: int, last: bool, stopping: bool) -> bool:
         return self.enabled and (stopping or (last and self.at_end)
                                  or (self.every > 0 and step > start and step % self.every == 0))
 
     def save(self, state: dict, clock: dict) -> str:
         """state: the trainer's state (on the device; copied here); clock: TrainClock.state()."""
-        path = self.path(self.rank)
+        path = checkpoint_path(self.settings, self.rank)
         save_atomically(dict(header("checkpoint", self.rank, self.world_size, self.data, self.settings),
                              state=copy_tree(state, device="cpu"), **clock), path)
-        self.newest = self.path(0), state["step"]
+        self.newest = checkpoint_path(self.settings, 0), state["step"]
         return path
 
     def resume_hint(self) -> str:
         """How to go on after a stop at a step boundary, which saves where checkpoints are on."""
         if self.enabled:
-            return f"resume with: python3 train_gpt.py --resume {self.path(0)}"
-        return "; ".join(["not saved (--save_checkpoint or --checkpoint_every saves it)", *self._newest()])
+            return f"resume with: python3 train_gpt.py --resume {checkpoint_path(self.settings, 0)}"
+        return self.newest_line("not saved (--save_checkpoint or --checkpoint_every saves it)")
 
-    def newest_line(self) -> str:
-        """What a stop at once (no checkpoint of its own) leaves: the run's newest checkpoint, if any, and how to go
-        on from it."""
-        return "; ".join(["nothing saved", *self._newest()])
-
-    def _newest(self) -> list[str]:
+    def newest_line(self, saved: str = "nothing saved") -> str:
+        """What a stop left (`saved`: a stop at once, nothing of its own), then the run's newest checkpoint, if any,
+        and how to go on from it."""
         if self.newest is None:
-            return []
+            return saved
         path, step = self.newest
         which = "the one this run resumed" if step is None else f"of step {step}"
-        return [f"the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"]
+        return f"{saved}; the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"
 
 
 def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes, validate):

@@ -58,11 +58,6 @@ def describe_os_error(e: OSError, path=None) -> str:
     return f"{f'{shown(path)}: ' if path else ''}{e.strerror}; {_OS_FIXES.get(e.errno, 'check the path and the disk')}"
 
 
-def fail(message: str, status: int = 1):
-    stderr_line(f"error: {message}")
-    raise SystemExit(status)
-
-
 def program(main=None, *, error_status: int = 1, ending=None):
     """Decorate main(argv), the entry point of every program: a UserError or an OSError becomes the one `error:` line
     and exit status `error_status`; Ctrl-C (KeyboardInterrupt, whose message may add what the program kept) one line
@@ -108,7 +103,8 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
-        fail(f"{message} ({self.prog} --help lists the options)", status=2)
+        stderr_line(f"error: {message} ({self.prog} --help lists the options)")
+        raise SystemExit(2)
 
 
 def whole(low: int, high: int | None = None):

@@ -17,7 +17,6 @@ import math
 import os
 import re
 import sys
-import threading
 import time
 
 PROCESS_START = time.time()  # for the startup-time report
@@ -1587,7 +1586,6 @@ class Trainer:
         self.restore(good)
         for step in range(good["step"], bad_step):
             self.train_step(step, self.next_batches(step))
-        self.set_rotary(bad_step)
         data, sched = self.next_batches(bad_step), self.forward_schedule(bad_step)
         capture = dict(
             header("capture", self.rt.rank, self.rt.world_size, self.checkpoints.data, self.hp),
@@ -1595,8 +1593,8 @@ class Trainer:
             grad_accum_steps=self.rt.grad_accum_steps,
             forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
                          mtp_weights=sched.mtp_weights.tolist()),
-            batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
-                     for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
+            # nothing random runs in a step: no RNG state is needed
+            batches=[{k: t.cpu() for k, t in vars(mb).items()} for mb in data.micro_batches])
         self.guard.reset()
         self.train_step(bad_step, data)
         capture["reproduced"] = self.guard.read()[0] == bad_step
@@ -1686,7 +1684,11 @@ class Trainer:
             torch._logging.set_logs(recompiles=True)
         if self.rt.distributed:  # the clocks start together: rank 0's would time a rank still compiling (19 s once)
             dist.barrier()
-        start = self.resume(resume) if resume else 0
+        start = 0
+        if resume:  # a checkpoint (its clock goes on below)
+            start = resume["state"]["step"]
+            self.restore(resume["state"])
+            log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
         clock = TrainClock(self.schedule.bounds, self.sync, resume)
         lines = StepLines(self.metrics, clock, total, log, self.rt.distributed)
         profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
@@ -1722,11 +1724,6 @@ class Trainer:
             raise NonFiniteError(f"the final val loss is {val_loss}: the run diverged (--guard_every > 0 stops and "
                                  "captures the first non-finite step)")
 
-    def resume(self, checkpoint: dict) -> int:
-        self.restore(checkpoint["state"])
-        self.log(f"resumed at step {checkpoint['state']['step']} ({checkpoint['train_ms'] / 1000:.1f} s of training done)")
-        return checkpoint["state"]["step"]
-
     def summarize(self, val_loss: float, clock: TrainClock):
         m = self.model  # the weights a token passes through in matmuls: attention, the MLP layers in use, the head
         matmul_params = m.attn_bank.numel() + m.mlp_bank[:m.cfg.num_layers].numel() + m.lm_head.numel()
@@ -1753,9 +1750,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
                           Logger(hp.log_dir, hp.run_id, is_master=False), StopRequest(), helper=role)
         return compile_helpers.serve(trainer.compile_ahead)
-    stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
-    if threading.current_thread() is threading.main_thread():
-        stop.install()
+    stop = StopRequest().install()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the loop
     try:
         resume = None
         if hp.resume:  # every refusal comes before anything is built or a log is opened

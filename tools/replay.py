@@ -70,8 +70,12 @@ class FirstNaN(TorchDispatchMode):
         return where
 
 
-def nonfinite(named) -> list[str]:
-    return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+def nonfinite(what: str, named) -> bool:
+    """Whether any of the named tensors is not finite; prints which."""
+    bad = [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+    if bad:
+        print(f"non-finite {what}: {', '.join(bad)}")
+    return bool(bad)
 
 
 def replay(path: str, device: str) -> int:
@@ -96,31 +100,21 @@ def replay(path: str, device: str) -> int:
                                torch.tensor(f["mtp_weights"], device=rt.device))
     print(f"replaying step {step} of run {saved.run_id} (rank {capture['rank']} of "
           f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
-    found = False
-    bad_weights = nonfinite(model.named_parameters())
-    if bad_weights:
-        print(f"non-finite weights before the step: {', '.join(bad_weights)}")
-        found = True
+    found = nonfinite("weights before the step", model.named_parameters())
     for i, batch in enumerate(capture["batches"]):
-        mb = tg.MicroBatch(*(batch[k].to(rt.device) for k in ("inputs", "targets", "cu_seqlens", "bigram")))
+        mb = tg.MicroBatch(**{k: t.to(rt.device) for k, t in batch.items()})
         with FirstNaN() as watch:
             loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
         (loss * model.cfg.loss_scale).backward()
         if watch.found:
             print(f"micro-batch {i}: first NaN {'made' if watch.origin else 'output'}: {watch.found}")
             found = True
-    bad_grads = nonfinite(model.gradients().items())
-    if bad_grads:
-        print(f"non-finite gradients: {', '.join(bad_grads)}")
-        found = True
+    found = nonfinite("gradients", model.gradients().items()) or found
     if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
         optimizer = tg.NorMuonAdam(model, saved, rt, compile=False)
         optimizer.load_state_dict(state["optimizer"])
         optimizer.step(*schedule.at(step).optimizer_args)
-        bad_params = nonfinite(model.named_parameters())
-        if bad_params:
-            print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")
-            found = True
+        found = nonfinite("weights after the optimizer step", model.named_parameters()) or found
     if not found:
         print("forward, backward and update are finite on replay: the failure did not reproduce here "
               "(nondeterministic kernels, a hardware fault, or a different device)")

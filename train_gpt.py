@@ -17,7 +17,6 @@ import math
 import os
 import re
 import sys
-import threading
 import time
 
 PROCESS_START = time.time()  # for the startup-time report
@@ -194,11 +193,13 @@ def validate(hp: Hyperparameters):
     need(not hp.profile_steps or re.fullmatch(r"\d+:\d+", hp.profile_steps) is not None
          and int(hp.profile_steps.split(":")[0]) < int(hp.profile_steps.split(":")[1]) <= total,
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
-    if hp.resume:  # missing, a folder, unreadable: what it is
+
+
+def check_files(hp: Hyperparameters):
+    """--check: the globs match shard files, none in both roles, and --resume names a readable file (their contents
+    are read at the start: check_data, harness/checkpoint.load_checkpoint)."""
+    if hp.resume:
         check_input_file(hp.resume, "--resume", "*_checkpoint_rank0.pt")
-
-
-def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles (contents: at start)
     check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
@@ -219,7 +220,7 @@ from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_ru
 from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
-from kernels.attention import attend  # noqa: E402
+from kernels.attention import Attention, attend  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op  # noqa: E402
 from kernels.fp8_linear import fp8_linear, fp8_tensor  # noqa: E402
@@ -607,10 +608,12 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
                      loss_scale=1 / rt.grad_accum_steps)
 
 
-def weight_shapes(hp: Hyperparameters, rt: Runtime) -> dict[str, tuple]:
-    """The model's parameter shapes under these settings, nothing allocated (to check a checkpoint against)."""
+def weight_shapes(hp: Hyperparameters) -> dict[str, tuple]:
+    """The model's parameter shapes under these settings, nothing allocated (to check a checkpoint against): the
+    device and kernels change none of them."""
     with torch.device("meta"):
-        return {name: tuple(p.shape) for name, p in GPT(model_config(hp, rt)).named_parameters()}
+        any_runtime = Runtime(0, 1, torch.device("meta"), 1, Attention("sdpa", "sdpa", ""))
+        return {name: tuple(p.shape) for name, p in GPT(model_config(hp, any_runtime)).named_parameters()}
 
 
 def build_model(hp: Hyperparameters, rt: Runtime) -> GPT:
@@ -1248,8 +1251,7 @@ def split_documents(bos: np.ndarray, size: int, max_tokens: int) -> np.ndarray:
 def index_train_shards(hp: Hyperparameters) -> tuple[dict[Path, np.ndarray], list[int], dict[Path, int]]:
     """Every train shard's header and token ids checked (memory-mapped, in parallel) and indexed, in name order:
     ({path: sequence starts}, sizes, {path: checksum}); the starts are the BOS positions, or the pieces' ones."""
-    index, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
-    sizes = [read_header(f) for f in index]
+    index, sizes, checksums = scan_train_shards(hp.train_files, hp.bos_id, hp.vocab_size)
     if hp.max_doc_tokens:
         index = {f: split_documents(bos, size, hp.max_doc_tokens) for (f, bos), size in zip(index.items(), sizes)}
     return index, sizes, checksums
@@ -1586,7 +1588,6 @@ class Trainer:
         self.restore(good)
         for step in range(good["step"], bad_step):
             self.train_step(step, self.next_batches(step))
-        self.set_rotary(bad_step)
         data, sched = self.next_batches(bad_step), self.forward_schedule(bad_step)
         capture = dict(
             header("capture", self.rt.rank, self.rt.world_size, self.checkpoints.data, self.hp),
@@ -1594,8 +1595,8 @@ class Trainer:
             grad_accum_steps=self.rt.grad_accum_steps,
             forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
                          mtp_weights=sched.mtp_weights.tolist()),
-            batches=[{k: getattr(mb, k).cpu() for k in ("inputs", "targets", "cu_seqlens", "bigram")}
-                     for mb in data.micro_batches])  # nothing random runs in a step: no RNG state is needed
+            # nothing random runs in a step: no RNG state is needed
+            batches=[{k: t.cpu() for k, t in vars(mb).items()} for mb in data.micro_batches])
         self.guard.reset()
         self.train_step(bad_step, data)
         capture["reproduced"] = self.guard.read()[0] == bad_step
@@ -1688,7 +1689,11 @@ class Trainer:
             torch._logging.set_logs(recompiles=True)
         if self.rt.distributed:  # the clocks start together: rank 0's would time a rank still compiling (19 s once)
             dist.barrier()
-        start = self.resume(resume) if resume else 0
+        start = 0
+        if resume:  # a checkpoint (its clock goes on below)
+            start = resume["state"]["step"]
+            self.restore(resume["state"])
+            log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
         clock = TrainClock(self.schedule.bounds, self.sync, resume)
         lines = StepLines(self.metrics, clock, total, log, self.rt.distributed)
         profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
@@ -1724,11 +1729,6 @@ class Trainer:
             raise NonFiniteError(f"the final val loss is {val_loss}: the run diverged (--guard_every > 0 stops and "
                                  "captures the first non-finite step)")
 
-    def resume(self, checkpoint: dict) -> int:
-        self.restore(checkpoint["state"])
-        self.log(f"resumed at step {checkpoint['state']['step']} ({checkpoint['train_ms'] / 1000:.1f} s of training done)")
-        return checkpoint["state"]["step"]
-
     def summarize(self, val_loss: float, clock: TrainClock):
         m = self.model  # the weights a token passes through in matmuls: attention, the MLP layers in use, the head
         matmul_params = m.attn_bank.numel() + m.mlp_bank[:m.cfg.num_layers].numel() + m.lm_head.numel()
@@ -1755,14 +1755,12 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(hp, rt, schedule, check_data(hp, schedule, rt.world_size),
                           Logger(hp.log_dir, hp.run_id, is_master=False), StopRequest(), helper=role)
         return compile_helpers.serve(trainer.compile_ahead)
-    stop = StopRequest()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the training loop
-    if threading.current_thread() is threading.main_thread():
-        stop.install()
+    stop = StopRequest().install()  # Ctrl-C and SIGTERM: at once during start-up, at a step boundary in the loop
     try:
         resume = None
         if hp.resume:  # every refusal comes before anything is built or a log is opened
             hp, resume = load_checkpoint(hp, given, rt.rank, rt.world_size, lambda saved: Schedule(saved).total_steps,
-                                         lambda saved: weight_shapes(saved, rt), validate)
+                                         weight_shapes, validate)
         claim_run(hp, rt.is_master, rt.distributed)  # rank 0 holds the run id until it exits
         schedule = Schedule(hp)
         data = check_data(hp, schedule, rt.world_size)  # before the model is built

@@ -117,24 +117,27 @@ def checksum(tokens: np.ndarray) -> int:
     return zlib.crc32(tokens)
 
 
-def scan_shard(path, bos_id: int, vocab_size: int) -> tuple[np.ndarray, int]:
-    """Check a shard's header and token ids, memory-mapped: (the positions of its document separators, checksum)."""
+def scan_shard(path, bos_id: int, vocab_size: int) -> tuple[np.ndarray, int, int]:
+    """Check a shard's header and token ids, memory-mapped: (the positions of its document separators, its token
+    count, checksum)."""
     tokens = memmap_tokens(path)
     _check_ids(path, tokens, vocab_size)
-    return np.flatnonzero(tokens == bos_id), checksum(tokens)
+    return np.flatnonzero(tokens == bos_id), tokens.size, checksum(tokens)
 
 
-def scan_train_shards(pattern: str, bos_id: int, vocab_size: int) -> tuple[dict[Path, np.ndarray], dict[Path, int]]:
-    """Every train shard checked (in parallel) and indexed, in name order: ({path: separator positions},
-    {path: checksum of its tokens})."""
+def scan_train_shards(pattern: str, bos_id: int,
+                      vocab_size: int) -> tuple[dict[Path, np.ndarray], list[int], dict[Path, int]]:
+    """Every train shard checked (in parallel) and indexed, in name order: ({path: separator positions}, token
+    counts, {path: checksum of its tokens})."""
     files = find_shards(pattern, "train")
     with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:  # numpy and zlib let go of the GIL
         scans = dict(zip(files, pool.map(lambda f: scan_shard(f, bos_id, vocab_size), files)))
-    for f, (bos, _) in scans.items():
+    for f, (bos, _, _) in scans.items():
         if bos.size == 0:
             raise UserError(f"{f}: no document separator (token {bos_id}) in the shard: every document must start "
                             "with one; check --bos_id, or tokenize with data/tokenize_text.py")
-    return {f: bos for f, (bos, _) in scans.items()}, {f: crc for f, (_, crc) in scans.items()}
+    bos, sizes, checksums = zip(*scans.values())
+    return dict(zip(files, bos)), list(sizes), dict(zip(files, checksums))
 
 
 def check_val_shards(pattern: str, num_tokens: int, vocab_size: int) -> dict[Path, int]:

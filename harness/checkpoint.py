@@ -9,30 +9,12 @@ import zipfile
 import torch
 from torch import Tensor
 
-from harness.cli import UserError
-from harness.files import check_input_file, write_atomically
+from harness.cli import UserError, describe_os_error
+from harness.files import atomic_write, check_input_file
 from harness.settings import runtime_settings, typed
 
 FORMAT = 2  # of the checkpoint and capture files (2: a capture holds a checkpoint's state); another is refused
-
-
-def settings_from(cls, config: dict, path: str):
-    """The settings a checkpoint or capture at `path` saved, each value of its setting's type as on the command line
-    (harness/settings.typed): a value changed in the file is refused naming it and the file. A setting `cls` does not
-    have is left to cls() to refuse (TypeError)."""
-    defaults = cls()
-    try:
-        return cls(**{k: typed(k, v, getattr(defaults, k)) if hasattr(defaults, k) else v for k, v in config.items()})
-    except UserError as e:
-        raise UserError(f"{path}: its saved setting {e}; the file was changed after it was written") from None
-
-
-def check_settings(path: str, settings, validate):
-    """validate(settings), the command line's rules, on settings read from the file `path`: a refusal names it."""
-    try:
-        validate(settings)
-    except UserError as e:
-        raise UserError(f"{path}: its settings break a rule: {e}") from None
+USE = dict(checkpoint="resume", capture="replay")  # what each kind of file is read for
 
 
 def check_state(path: str, state, total: int):
@@ -63,9 +45,10 @@ def refuse_field(path: str, field: str, value, want: str):
 
 
 def save_atomically(obj, path: str):
-    """torch.save straight into a temporary file renamed over `path` (harness/files.py; no copy of the whole file in
-    memory): a reader never sees a half-written file, and a failed write is a UserError naming the path and the
-    cause."""
+    """torch.save straight into a temporary file renamed over `path` (harness/files.atomic_write; no copy of the whole
+    file in memory): a reader never sees a half-written file, and a failed write leaves the previous one as it was
+    and is a UserError naming the path and the cause. Synced to the disk before the rename, so that a crash right
+    after cannot leave an empty checkpoint either."""
     def save(f):
         try:
             torch.save(obj, f)
@@ -73,7 +56,12 @@ def save_atomically(obj, path: str):
             if not isinstance(e.__context__, (OSError, KeyboardInterrupt)):  # an error of its own over that one,
                 raise                                                         # which says what happened
             raise e.__context__ from None
-    write_atomically(path, save)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        atomic_write(path, save)
+    except OSError as e:
+        raise UserError(f"cannot write {describe_os_error(e)}; the previous file, if any, is unchanged") from None
 
 
 def copy_tree(tree, into=None, device=None):
@@ -93,10 +81,11 @@ def header(kind: str, rank: int, world_size: int, data: str, settings) -> dict:
                 config=dataclasses.asdict(settings))
 
 
-def read_file(path: str, kind: str) -> dict:
-    """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a UserError saying why not.
-    weights_only: tensors and plain containers only, so a crafted .pt file cannot run code."""
-    check_input_file(path, f"the {kind}", f"*_{kind}_rank0.pt")
+def read_file(path: str, kind: str, option: str = "") -> dict:
+    """A file train_gpt.py wrote, as `kind` ("checkpoint" or "capture"), or a UserError saying why not (naming the
+    file as the `option` that gave it, if one did). weights_only: tensors and plain containers only, so a crafted .pt
+    file cannot run code."""
+    check_input_file(path, option or f"the {kind}", f"*_{kind}_rank0.pt")
     try:
         with open(path, "rb") as f:
             ours = zipfile.is_zipfile(f)  # torch.save writes a zip archive; anything else is not ours
@@ -114,8 +103,46 @@ def read_file(path: str, kind: str) -> dict:
         raise UserError(f"{path} is {'a ' + found if found else 'not a file train_gpt.py wrote'}, not a {kind}")
     if obj.get("format") != FORMAT:
         raise UserError(f"{path} is a {kind} of format {obj.get('format')!r}, from another version of "
-                        f"train_gpt.py (this one reads format {FORMAT}); resume it with the version that wrote it")
+                        f"train_gpt.py (this one reads format {FORMAT}); {USE[kind]} it with the version that wrote it")
     return obj
+
+
+def read_saved(path: str, kind: str, cls, changes: dict, validate, total_steps, shapes, option: str = ""):
+    """A checkpoint or capture (read_file) with its settings, read and checked by one sequence for a resume and a
+    replay: the saved settings (instance of the dataclass cls), each of its type as on the command line
+    (harness/settings.typed), with `changes` ({name: value}, the command line's) taken where they are runtime settings
+    (harness/settings.runtime) and refused where they differ; then validate(settings), the saved state (its step in
+    0..total_steps(settings), its data position) and its weights against shapes(settings) -> {name: shape}. Every
+    refusal is one line naming the file. Returns (settings, the file's contents)."""
+    obj = read_file(path, kind, option)
+    fields, defaults = {f.name for f in dataclasses.fields(cls)}, cls()
+    if set(obj["config"]) != fields:
+        odd = sorted(set(obj["config"]) ^ fields)
+        raise UserError(f"{path} was written with other settings ({', '.join(odd)}) by another version of "
+                        f"train_gpt.py; {USE[kind]} it with the version that wrote it")
+    try:
+        saved = cls(**{k: typed(k, v, getattr(defaults, k)) for k, v in obj["config"].items()})
+    except UserError as e:
+        raise UserError(f"{path}: its saved setting {e}; the file was changed after it was written") from None
+    may_change = runtime_settings(cls)
+    for name, now in sorted(changes.items()):
+        if name in may_change:
+            setattr(saved, name, now)
+        elif now != getattr(saved, name):
+            raise UserError(f"--{name} {now!r} differs from the resumed run's {getattr(saved, name)!r}; a resumed run "
+                            f"keeps its settings (it may change only {', '.join(sorted(may_change))})")
+    try:
+        validate(saved)
+    except UserError as e:
+        raise UserError(f"{path}: its settings break a rule: {e}") from None
+    check_state(path, obj["state"], total_steps(saved))
+    weights = {name: tuple(t.shape) for name, t in obj["state"]["model"].items()}
+    expected = shapes(saved)
+    if weights != expected:
+        name = next(n for n in sorted(set(weights) | set(expected)) if weights.get(n) != expected.get(n))
+        raise UserError(f"{path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
+                        f"{expected.get(name)} expected); the file was changed after it was written")
+    return saved, obj
 
 
 def checkpoint_path(settings, rank: int) -> str:
@@ -134,81 +161,53 @@ class Checkpoints:
         # the newest checkpoint of the run, (its rank-0 file, its step): the one resumed from until this run saves
         self.newest = (settings.resume, None) if settings.resume else None
 
-    def path(self, rank: int) -> str:
-        return checkpoint_path(self.settings, rank)
-
     def due(self, step: int, start: int, last: bool, stopping: bool) -> bool:
         return self.enabled and (stopping or (last and self.at_end)
                                  or (self.every > 0 and step > start and step % self.every == 0))
 
     def save(self, state: dict, clock: dict) -> str:
         """state: the trainer's state (on the device; copied here); clock: TrainClock.state()."""
-        path = self.path(self.rank)
+        path = checkpoint_path(self.settings, self.rank)
         save_atomically(dict(header("checkpoint", self.rank, self.world_size, self.data, self.settings),
                              state=copy_tree(state, device="cpu"), **clock), path)
-        self.newest = self.path(0), state["step"]
+        self.newest = checkpoint_path(self.settings, 0), state["step"]
         return path
 
     def resume_hint(self) -> str:
         """How to go on after a stop at a step boundary, which saves where checkpoints are on."""
         if self.enabled:
-            return f"resume with: python3 train_gpt.py --resume {self.path(0)}"
-        return "; ".join(["not saved (--save_checkpoint or --checkpoint_every saves it)", *self._newest()])
+            return f"resume with: python3 train_gpt.py --resume {checkpoint_path(self.settings, 0)}"
+        return self.newest_line("not saved (--save_checkpoint or --checkpoint_every saves it)")
 
-    def newest_line(self) -> str:
-        """What a stop at once (no checkpoint of its own) leaves: the run's newest checkpoint, if any, and how to go
-        on from it."""
-        return "; ".join(["nothing saved", *self._newest()])
-
-    def _newest(self) -> list[str]:
+    def newest_line(self, saved: str = "nothing saved") -> str:
+        """What a stop left (`saved`: a stop at once, nothing of its own), then the run's newest checkpoint, if any,
+        and how to go on from it."""
         if self.newest is None:
-            return []
+            return saved
         path, step = self.newest
         which = "the one this run resumed" if step is None else f"of step {step}"
-        return [f"the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"]
+        return f"{saved}; the newest checkpoint is {path} ({which}), resume with: python3 train_gpt.py --resume {path}"
 
 
 def load_checkpoint(settings, given: set, rank: int, world_size: int, total_steps, shapes, validate):
     """This rank's checkpoint of the run that settings.resume names (its rank-0 file), and the run's settings: the
-    saved ones, with only the runtime settings (harness/settings.runtime) taken from the command line where `given`,
-    and --log_dir, where not given, the checkpoint's folder. Refused with one line: an unreadable file or one of
-    another kind or format, another rank's or world's, settings this version does not know or that break
-    validate(settings), a step outside the run (total_steps(settings) -> its step count; a step of N of N resumes
-    to the final validation), other saved bookkeeping out of range, weights that do not fit their settings
-    (shapes(settings) -> {name: shape}), and a resume that would replace another checkpoint of the run."""
+    saved ones (read_saved), with only the runtime settings taken from the command line where `given`, and --log_dir,
+    where not given, the checkpoint's folder. Refused with one line beside read_saved's refusals: another rank's or
+    world's file, a clock out of range, and a resume that would replace another checkpoint of the run. A step of N of
+    N resumes to the final validation."""
     path = re.sub(r"_rank\d+\.pt$", f"_rank{rank}.pt", settings.resume)
-    checkpoint = read_file(path, "checkpoint")
+    changes = {name: getattr(settings, name) for name in given - {"resume"}}
+    if "log_dir" not in given:  # the resumed run writes where the user pointed: beside the checkpoint given
+        changes["log_dir"] = os.path.dirname(settings.resume) or "."
+    saved, checkpoint = read_saved(path, "checkpoint", type(settings), changes, validate, total_steps, shapes,
+                                   option="--resume")
+    saved.resume = settings.resume
     if (checkpoint["rank"], checkpoint["world_size"]) != (rank, world_size):
         raise UserError(f"{path} holds rank {checkpoint['rank']} of a {checkpoint['world_size']}-process run; "
                         f"this is rank {rank} of {world_size}: resume on as many processes, with each rank's own file")
-    cls = type(settings)
-    fields = {f.name for f in dataclasses.fields(cls)}
-    if set(checkpoint["config"]) != fields:
-        odd = sorted(set(checkpoint["config"]) ^ fields)
-        raise UserError(f"{path} was written with other settings ({', '.join(odd)}) by another version of "
-                        "train_gpt.py; resume it with the version that wrote it")
-    saved, may_change = settings_from(cls, checkpoint["config"], path), runtime_settings(cls)
-    for name in sorted(given - {"resume"}):
-        now, was = getattr(settings, name), getattr(saved, name)
-        if name in may_change:
-            setattr(saved, name, now)
-        elif now != was:
-            raise UserError(f"--{name} {now!r} differs from the resumed run's {was!r}; a resumed run keeps its "
-                            f"settings (it may change only {', '.join(sorted(may_change))})")
-    saved.resume = settings.resume
-    if "log_dir" not in given:  # the resumed run writes where the user pointed: beside the checkpoint given
-        saved.log_dir = os.path.dirname(settings.resume) or "."
-    check_settings(path, saved, validate)
-    check_state(path, checkpoint["state"], total_steps(saved))
     check_clock(path, checkpoint)
     ours = checkpoint_path(saved, rank)
     if not saved.overwrite and os.path.exists(ours) and not os.path.samefile(ours, path):
         raise UserError(f"resuming {path} would replace {ours}, another checkpoint of the run; resume from that one, "
                         "write elsewhere with --log_dir, or pass --overwrite True to replace it")
-    weights = {name: tuple(t.shape) for name, t in checkpoint["state"]["model"].items()}
-    expected = shapes(saved)
-    if weights != expected:
-        name = next(n for n in sorted(set(weights) | set(expected)) if weights.get(n) != expected.get(n))
-        raise UserError(f"{path}: its weights do not fit its settings ({name}: {weights.get(name)} saved, "
-                        f"{expected.get(name)} expected); the file was changed after it was written")
     return saved, checkpoint

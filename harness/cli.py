@@ -49,17 +49,13 @@ def shown(text, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:100]}...{text[-60:]} ({len(text):,} characters)"
 
 
-def describe_os_error(e: OSError) -> str:
-    """`path: the system's words; the fix` on one line."""
+def describe_os_error(e: OSError, path=None) -> str:
+    """`path: the system's words; the fix` on one line: every program's words for an OSError. path: the file named,
+    where not e's own ("": none, where the line names it already)."""
     if e.errno is None:  # raised with a message of its own
         return " ".join(str(e).split())
-    where = f"{shown(e.filename)}: " if e.filename is not None else ""
-    return f"{where}{e.strerror}; {_OS_FIXES.get(e.errno, 'check the path and the disk')}"
-
-
-def fail(message: str, status: int = 1):
-    stderr_line(f"error: {message}")
-    raise SystemExit(status)
+    path = e.filename if path is None else path
+    return f"{f'{shown(path)}: ' if path else ''}{e.strerror}; {_OS_FIXES.get(e.errno, 'check the path and the disk')}"
 
 
 def program(main=None, *, error_status: int = 1, ending=None):
@@ -107,7 +103,8 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, allow_abbrev=False, **kwargs)
 
     def error(self, message):
-        fail(f"{message} ({self.prog} --help lists the options)", status=2)
+        stderr_line(f"error: {message} ({self.prog} --help lists the options)")
+        raise SystemExit(2)
 
 
 def whole(low: int, high: int | None = None):

@@ -34,20 +34,6 @@ def atomic_write(path, write) -> None:
         raise
 
 
-def write_atomically(path: str, write) -> None:
-    """What write(binary file) writes, through atomic_write (a hidden temporary file renamed over `path`:
-    a reader never sees a half-written file, and a failed write leaves the previous one as it was), synced to the
-    disk before the rename, so that a crash right after cannot leave an empty checkpoint either."""
-    def write_synced(f):
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        atomic_write(path, write_synced)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}; the previous file, if any, is unchanged") from None
-
-
 def check_output_folder(folder, option: str) -> Path:
     """The output folder that `option` (e.g. --out) names, as a Path; refused when it, or the nearest part of its
     path that exists, is not a folder. The programs create the folder where it is missing."""
@@ -86,7 +72,7 @@ def check_input_file(path, option: str, example: str = "") -> None:
     except FileNotFoundError:
         raise UserError(f"{where}: no such file") from None
     except OSError as e:
-        raise UserError(f"{where}: {describe_os_error(OSError(e.errno, e.strerror))}") from None
+        raise UserError(f"{where}: {describe_os_error(e, path='')}") from None
     if stat.S_ISDIR(mode):
         found = sorted(Path(path).glob(example)) if example else []
         raise UserError(f"{where} is a folder; name a file in it{f', e.g. {found[0]}' if found else ''}")

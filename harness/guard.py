@@ -2,6 +2,7 @@
 failing step is captured (by the trainer: the state before it and its batches) for tools/replay.py, a signal stops
 the run at a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
 import signal
+import threading
 
 import torch
 import torch.distributed as dist
@@ -82,8 +83,9 @@ class StopRequest:
         self.saved = lambda: "nothing saved"  # what a stop at once leaves: Watch sets it to the run's checkpoints'
 
     def install(self) -> "StopRequest":
-        signal.signal(signal.SIGINT, self)
-        signal.signal(signal.SIGTERM, self)
+        if threading.current_thread() is threading.main_thread():  # the only thread that may set handlers
+            signal.signal(signal.SIGINT, self)
+            signal.signal(signal.SIGTERM, self)
         return self
 
     def __call__(self, signum, frame):

@@ -38,25 +38,7 @@ class Logger:
             with open(self.path, mode) as f:
                 f.write(text)
         except OSError as e:
-            raise UserError(f"cannot write the log {self.path}: {e.strerror or e}") from None
-
-    def record_environment(self, settings):
-        """The code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi into the log; the settings also on
-        the console."""
-        for pattern in SOURCES:
-            for path in sorted(REPO.glob(pattern)):
-                self(f"{'=' * 100}\n# {path.relative_to(REPO)}\n{path.read_text()}", console=False)
-        self("=" * 100, console=False)
-        self(f"Python {sys.version}\nPyTorch {torch.__version__} (CUDA {torch.version.cuda})", console=False)
-        try:
-            import triton
-            self(f"Triton {triton.__version__}", console=False)
-        except ImportError:
-            pass
-        if torch.cuda.is_available():
-            smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
-            self(smi.stdout or smi.stderr, console=False)
-        self("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items()))
+            raise UserError(f"cannot write the log {describe_os_error(e, self.path)}") from None
 
 
 def claim_run(settings, is_master: bool, distributed: bool):
@@ -74,8 +56,8 @@ def claim_run(settings, is_master: bool, distributed: bool):
         check_output_folder(settings.log_dir, "--log_dir")
         make_output_folder(settings.log_dir)
     except OSError as e:
-        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files ({e.strerror or e}); "
-                        "choose another folder") from None
+        raise UserError(f"--log_dir {shown(settings.log_dir)!r} cannot hold the run's files: "
+                        f"{describe_os_error(e, path='')}") from None
     box = [None]
     if is_master:
         try:
@@ -106,8 +88,21 @@ def _claim(settings):
 
 def open_log(settings, is_master: bool, resuming: bool) -> Logger:
     """The run's log, once nothing can refuse the run any more (claim_run named it), with its first lines: where it
-    is, the code, versions and settings."""
+    is, the code (SOURCES), Python/PyTorch/Triton versions and nvidia-smi, and the settings (also on the console)."""
     log = Logger(settings.log_dir, settings.run_id, is_master, fresh=not resuming)
     log(f"log: {log.path}" + (f" (resuming {settings.resume})" if resuming else ""))
-    log.record_environment(settings)
+    for pattern in SOURCES:
+        for path in sorted(REPO.glob(pattern)):
+            log(f"{'=' * 100}\n# {path.relative_to(REPO)}\n{path.read_text()}", console=False)
+    log("=" * 100, console=False)
+    log(f"Python {sys.version}\nPyTorch {torch.__version__} (CUDA {torch.version.cuda})", console=False)
+    try:
+        import triton
+        log(f"Triton {triton.__version__}", console=False)
+    except ImportError:
+        pass
+    if torch.cuda.is_available():
+        smi = subprocess.run(["nvidia-smi"], capture_output=True, text=True)
+        log(smi.stdout or smi.stderr, console=False)
+    log("config: " + ", ".join(f"{k}={v!r}" for k, v in dataclasses.asdict(settings).items()))
     return log

@@ -125,13 +125,6 @@ def peak_memory(device: torch.device) -> str:
     return f"peak memory (resident): {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 2**10} MiB"
 
 
-def nominal_peak_tflops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((tflops for gpu, tflops in NOMINAL_BF16_TFLOPS.items() if gpu in name), None)
-
-
 def summary(val_loss: float, vocab_size: int, val_files: str, clock: TrainClock, total_steps: int,
             step_tokens: dict[int, int], flops_per_token: float, device: torch.device, world_size: int,
             log_path: str) -> list[str]:
@@ -141,7 +134,8 @@ def summary(val_loss: float, vocab_size: int, val_files: str, clock: TrainClock,
     floor = f"; the data's entropy floor {floor_file.read_text().strip()}" if floor_file.is_file() else ""
     lines = [f"summary: val loss {val_loss:.4f} (chance: log(vocab) = {math.log(vocab_size):.3f}{floor}); "
              f"train time {clock.ms / 1000:.1f} s over {total_steps} steps; log: {log_path}"]
-    peak = nominal_peak_tflops(device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    peak = next((tflops for gpu, tflops in NOMINAL_BF16_TFLOPS.items() if gpu in name), None)
     for i, ms in sorted(clock.stage_ms.items()):
         tokens_per_s = step_tokens[i] / (ms / 1000)
         mfu = (f"; MFU {100 * flops_per_token * tokens_per_s / (peak * 1e12 * world_size):.1f}% of the "

@@ -28,7 +28,7 @@ from harness.checkpoint import FORMAT, Checkpoints, load_checkpoint, read_file, 
 from harness.guard import NonFiniteError, Stopped, run_ending
 from harness.launch import Watchdog, difference, read_launch
 from harness.log import Logger
-from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_runtime, cpu_trainer, one_error_line, run_script, settings,
+from tests.utils import (REPO, TINY_FLAGS, FullDisk, cpu_trainer, one_error_line, run_script, settings,
                          tiny_model, val_losses)
 
 
@@ -223,7 +223,7 @@ def load(hp, path, given=(), rank=0, world=1):
     for name in given:
         setattr(resume, name, getattr(hp, name))
     return load_checkpoint(resume, {"resume", *given}, rank, world, lambda s: tg.Schedule(s).total_steps,
-                           lambda s: tg.weight_shapes(s, cpu_runtime(world)), tg.validate)
+                           tg.weight_shapes, tg.validate)
 
 
 def rewrite(path, **changes):
@@ -337,6 +337,13 @@ def test_replay_checks_a_captures_contents_as_resume_does(checkpoint):
     rewrite(path, config={**obj["config"], "model_dim": "64"})
     one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
                    f"{path}: its saved setting --model_dim expects an int, got '64'")
+    rewrite(path, config={k: v for k, v in obj["config"].items() if k != "seed"})  # not silently the default
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path} was written with other settings (seed) by another version of train_gpt.py; replay it")
+    obj["state"]["model"]["attn_bank"] = obj["state"]["model"]["attn_bank"][:3]
+    rewrite(path, config=obj["config"], state=obj["state"])
+    one_error_line(run_script([str(path), "--device", "cpu"], script="tools/replay.py").stderr,
+                   f"{path}: its weights do not fit its settings (attn_bank: (3, 256, 64) saved, (10, 256, 64)")
 
 
 def data_fingerprint(train: str, val: str) -> str:
@@ -426,7 +433,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_file_and_names_the_cause(t
     def full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(files.os, "fsync", full)
-    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; the previous file"):
+    with pytest.raises(UserError, match=f"cannot write {path}: No space left on device; free space .*; the previous file"):
         save_atomically({"n": 2}, str(path))
     assert path.read_bytes() == good and not list(tmp_path.glob("*.tmp"))
 
@@ -445,7 +452,8 @@ def test_a_checkpoint_write_that_fails_midway_leaves_the_previous_one_and_nothin
     state = dict(step=4, loader=(0, 0), model=tiny_model().state_dict(), optimizer={}, carried=None)
     with pytest.raises(UserError) as e:
         Checkpoints(hp, 0, 1, "data-id").save(state, dict(train_ms=2.0, stage_ms={}, stage_start_ms=0.0))
-    assert str(e.value) == f"cannot write {path}: No space left on device; the previous file, if any, is unchanged"
+    assert str(e.value) == (f"cannot write {path}: No space left on device; free space on that disk or write elsewhere; "
+                            "the previous file, if any, is unchanged")
     assert len(opened) == 1 and opened[0].room == 0, "the write failed midway"
     assert path.read_bytes() == good and list(path.parent.iterdir()) == [path]
 
@@ -670,7 +678,7 @@ def test_long_paths_are_one_short_line(tmp_path, synthetic_data):
     data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
     for option, value, words in [("--run_id", "r" * 10_000, ["must be a plain file name (up to 200", "(10,000 characters)"]),
                                  ("--run_id", "r" * 300, ["must be a plain file name (up to 200", "(300 characters)"]),
-                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files (File name too long)"]),
+                                 ("--log_dir", str(tmp_path / ("d" * 10_000)), ["cannot hold the run's files: File name too long; choose"]),
                                  ("--resume", "c" * 10_000 + ".pt", ["File name too long; choose a shorter name"])]:
         r = run_script(TINY_FLAGS + data + [option, value])
         assert len(one_error_line(r.stderr, option, *words)) < 400
@@ -679,7 +687,9 @@ def test_long_paths_are_one_short_line(tmp_path, synthetic_data):
 def test_a_folder_given_to_resume_says_it_is_one_and_names_a_checkpoint_in_it(checkpoint):
     hp, path = checkpoint
     with pytest.raises(UserError, match=f"--resume '{path.parent}' is a folder; name a file in it, e.g. {path}$"):
-        settings(["--resume", str(path.parent)])
+        load(hp, path.parent)
+    with pytest.raises(UserError, match=f"^--resume '{path.parent / 'none.pt'}': no such file$"):
+        load(hp, path.parent / "none.pt")
     with pytest.raises(UserError, match=f"the capture '{path.parent}' is a folder; name a file in it$"):
         read_file(str(path.parent), "capture")
 
@@ -688,7 +698,7 @@ def test_an_unreadable_checkpoint_is_one_line(checkpoint, monkeypatch):
     """Tests may run as root, who may read anything: the permission check is os.access's answer, replaced here."""
     hp, path = checkpoint
     monkeypatch.setattr(files.os, "access", lambda p, mode: Path(p) != path)
-    for read in (lambda: settings(["--resume", str(path)]), lambda: read_file(str(path), "checkpoint")):
+    for read in (lambda: load(hp, path), lambda: read_file(str(path), "checkpoint")):
         with pytest.raises(UserError, match="no permission to read it; give yourself permission or use another path"):
             read()
 
@@ -705,7 +715,7 @@ def test_a_folder_the_process_may_not_read_is_one_line(tmp_path, synthetic_data)
     try:
         as_user = SETPRIV if os.geteuid() == 0 else []
         data = ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"]]
-        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files (Permission denied)"]),
+        for option, value, words in [("--log_dir", noperm / "logs", ["cannot hold the run's files: Permission denied; give"]),
                                      ("--resume", noperm / "logs" / "r_checkpoint_rank0.pt", ["Permission denied"])]:
             env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
             r = subprocess.run(as_user + [sys.executable, "train_gpt.py", *TINY_FLAGS, *data, option, str(value)],

@@ -27,6 +27,7 @@ from tools.fit_schedule import main as fit_schedule
 from data.shards import find_shards, read_tokens, write_shard
 from harness.cli import UserError
 from harness.report import compile_time_breakdown
+from harness.settings import parse_args
 from kernels.attention import ATTENTION_CHOICES, select_attention
 from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
                          doc_stream, one_error_line, random_gradients, run_script, settings, shard_index, tiny_model,
@@ -70,7 +71,6 @@ def test_parse_args_forms_and_types():
     (["--stage_windows", "((1, 3), (3, 2), (5, 11), (6, 13))"], "short <= long"),
     (["--final_long_window", "4"], "may only grow"),
     (["--profile_steps", "5:3"], "--profile_steps '5:3' must look like 100:103"),
-    (["--resume", "/no/such/checkpoint.pt"], "--resume '/no/such/checkpoint.pt': no such file"),
     (["--attention", "flash"], "--attention must be one of auto, fa3, varlen, sdpa, not 'flash'"),
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
     (["--max_doc_tokens", "-1"], "--max_doc_tokens -1 must be 0 (off) or more"),
@@ -80,6 +80,12 @@ def test_parse_args_forms_and_types():
 def test_parse_args_errors(argv, message):
     with pytest.raises(UserError, match=re.escape(message)):
         settings(argv)
+
+
+def test_check_refuses_a_missing_resume():
+    """The run reads --resume at its start (harness/checkpoint.load_checkpoint); --check says whether it can."""
+    with pytest.raises(UserError, match="^--resume '/no/such/checkpoint.pt': no such file$"):
+        parse_args(["--resume", "/no/such/checkpoint.pt", "--check"], tg.Hyperparameters, tg.validate, tg.check_files)
 
 
 SHORT = ["--num_scheduled_steps", "6", "--num_extension_steps", "2"]  # a run of 8 steps, 0 to 7

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 import train_gpt as tg  # noqa: E402
-from harness.checkpoint import check_settings, check_state, read_file, settings_from  # noqa: E402
+from harness.checkpoint import read_saved  # noqa: E402
 from harness import cli  # noqa: E402
 
 
@@ -70,25 +70,22 @@ class FirstNaN(TorchDispatchMode):
         return where
 
 
-def nonfinite(named) -> list[str]:
-    return [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+def nonfinite(what: str, named) -> bool:
+    """Whether any of the named tensors is not finite; prints which."""
+    bad = [name for name, t in named if t is not None and not torch.isfinite(t).all()]
+    if bad:
+        print(f"non-finite {what}: {', '.join(bad)}")
+    return bool(bad)
 
 
 def replay(path: str, device: str) -> int:
-    capture = read_file(path, "capture")  # anything else is refused with one line
-    try:
-        saved = settings_from(tg.Hyperparameters, capture["config"], path)
-    except (TypeError, AttributeError) as e:  # a setting this train_gpt.py does not have
-        raise cli.UserError(f"{path} was captured by another version of train_gpt.py ({e}); replay it with that "
-                            "version's code (its log holds it)") from None
-    # the replaying machine's device; eager, for the op-by-op watch; the run's --resume is history, not read here
-    saved.device, saved.compile, saved.resume = device, False, ""
-    check_settings(path, saved, tg.validate)
-    state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
-    check_state(path, state, schedule.total_steps)
+    # read and checked as a resume reads a checkpoint; on the replaying machine's device, eager, for the op-by-op watch
+    saved, capture = read_saved(path, "capture", tg.Hyperparameters, dict(device=device, compile=False), tg.validate,
+                                lambda s: tg.Schedule(s).total_steps, tg.weight_shapes)
     if missing := sorted({"grad_accum_steps", "forward", "batches", "reproduced"} - set(capture)):
         raise cli.UserError(f"{path} holds no {', '.join(missing)}: not a whole capture; the file was changed after "
                             "it was written")
+    state, schedule = capture["state"], tg.Schedule(saved)  # the state: a checkpoint's keys (Trainer.restore reads them)
     rt = tg.setup_runtime(saved, tg.MICRO_BATCHES)  # refuses with one line, e.g. --device cuda without a GPU
     rt = dataclasses.replace(rt, grad_accum_steps=capture["grad_accum_steps"])  # one process re-runs one rank's share
     step = state["step"]
@@ -103,31 +100,21 @@ def replay(path: str, device: str) -> int:
                                torch.tensor(f["mtp_weights"], device=rt.device))
     print(f"replaying step {step} of run {saved.run_id} (rank {capture['rank']} of "
           f"{capture['world_size']}; non-finite reproduced when captured: {capture['reproduced']})")
-    found = False
-    bad_weights = nonfinite(model.named_parameters())
-    if bad_weights:
-        print(f"non-finite weights before the step: {', '.join(bad_weights)}")
-        found = True
+    found = nonfinite("weights before the step", model.named_parameters())
     for i, batch in enumerate(capture["batches"]):
-        mb = tg.MicroBatch(*(batch[k].to(rt.device) for k in ("inputs", "targets", "cu_seqlens", "bigram")))
+        mb = tg.MicroBatch(**{k: t.to(rt.device) for k, t in batch.items()})
         with FirstNaN() as watch:
             loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
         (loss * model.cfg.loss_scale).backward()
         if watch.found:
             print(f"micro-batch {i}: first NaN {'made' if watch.origin else 'output'}: {watch.found}")
             found = True
-    bad_grads = nonfinite(model.gradients().items())
-    if bad_grads:
-        print(f"non-finite gradients: {', '.join(bad_grads)}")
-        found = True
+    found = nonfinite("gradients", model.gradients().items()) or found
     if capture["world_size"] == 1:  # the optimizer state is whole: the update can be replayed too
         optimizer = tg.NorMuonAdam(model, saved, rt, compile=False)
         optimizer.load_state_dict(state["optimizer"])
         optimizer.step(*schedule.at(step).optimizer_args)
-        bad_params = nonfinite(model.named_parameters())
-        if bad_params:
-            print(f"non-finite weights after the optimizer step: {', '.join(bad_params)}")
-            found = True
+        found = nonfinite("weights after the optimizer step", model.named_parameters()) or found
     if not found:
         print("forward, backward and update are finite on replay: the failure did not reproduce here "
               "(nondeterministic kernels, a hardware fault, or a different device)")

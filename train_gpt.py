@@ -195,11 +195,13 @@ def validate(hp: Hyperparameters):
          f"--profile_steps {hp.profile_steps!r} must look like 100:103 (first step, step after the last) in {extent}")
 
 
-def check_files(hp: Hyperparameters):
-    """--check: the globs match shard files, none in both roles, and --resume names a readable file (their contents
-    are read at the start: check_data, harness/checkpoint.load_checkpoint)."""
-    if hp.resume:
+def check_resume(hp: Hyperparameters):  # a run's first check: before the process group and the kernels (minutes)
+    if hp.resume:  # its contents: harness/checkpoint.load_checkpoint
         check_input_file(hp.resume, "--resume", "*_checkpoint_rank0.pt")
+
+
+def check_files(hp: Hyperparameters):  # --check: the globs match shard files, none in both roles; --resume readable
+    check_resume(hp)
     check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
@@ -1745,6 +1747,7 @@ class Trainer:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
+    check_resume(hp)
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
     helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU: their imports overlap the run's
     rt = setup_runtime(hp, MICRO_BATCHES)

@@ -813,3 +813,10 @@ def test_no_shards_hint_fits_the_case(tmp_path, pattern, hint):
     with pytest.raises(UserError) as e:
         find_shards(pattern.format(tmp=tmp_path), "train")
     assert hint.format(tmp=tmp_path) in str(e.value) and ("download" in str(e.value)) == ("fineweb10B" in pattern)
+
+
+def test_a_missing_resume_is_refused_before_the_runtime_is_set_up(monkeypatch, tmp_path):
+    """A run checks --resume first: the process group and the attention kernel (up to --fa3_hub_wait) come after."""
+    monkeypatch.setattr(tg, "setup_runtime", lambda *args: pytest.fail("the runtime was set up before --resume's check"))
+    with pytest.raises(UserError, match=f"^--resume '{tmp_path / 'none.pt'}': no such file$"):
+        tg.main([*TINY_FLAGS, "--resume", str(tmp_path / "none.pt"), "--log_dir", str(tmp_path)])

@@ -15,11 +15,12 @@ their environment, fill the shared Inductor and Triton caches meanwhile; what ea
 Each rank has its own: Inductor's cache keys hold the GPU's index, so a graph compiled for one GPU is not found by a
 process on another. The validation helper took 10-12 s off a cold start at world 1, 2 and 4, against the run
 compiling that graph itself or the backward helper compiling it after the backward
-(records/enwiki-124/2026-11-28_validation-helper-cold-start). Nothing a helper makes is trusted beyond Inductor's and Triton's own cache keys: a helper that
-fails or is slow costs the run at most the bounded wait, and it compiles what it does not find. All are stopped
-before the first timed step, and when the run exits. The run's wait and the backward helper's shortcut replace two
-private functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are missing no helper starts, and
-tests/test_compile_helpers.py fails when their signatures change or the mechanism stops working end to end.
+(records/enwiki-124/2026-11-28_validation-helper-cold-start). Nothing a helper makes is trusted beyond Inductor's
+and Triton's own cache keys: a helper that fails or is slow costs the run at most the bounded wait, and it compiles
+what it does not find. All are stopped before the first timed step, and when the run exits. The run's wait and the
+backward helper's shortcut replace two private functions of AOTAutograd's (HOOKS, torch 2.11-2.13): where they are
+missing no helper starts, and tests/test_compile_helpers.py fails when their signatures change or the mechanism
+stops working end to end.
 """
 import atexit
 import contextlib

@@ -220,6 +220,15 @@ step:8/8 val_loss:4.2500 train_time:2000ms step_avg:250.00ms
 """
 
 
+STARTUP = """\
+warm-up (untimed): compiling on steps [0, 1], up to 2 micro-batches each, then back to step 0; starts at 5.7s
+warm-up 1/2: step 0 (stage 1, 16384 tokens per micro-batch, windows (1, 3)) done at 50.2s
+warm-up 2/2: step 1 (stage 1, 16384 tokens per micro-batch, windows (1, 3)) done at 52s
+warm-up: validation done at 55.0s
+startup: 55.5s from process start to the first timed step
+"""
+
+
 def log(d: Path, text: str = OURS, name: str = "run.txt") -> str:
     (d / name).write_text(text)
     return str(d / name)
@@ -247,6 +256,12 @@ PLOT = {
                                       ["--scheduled_steps"]),
     "scheduled_steps_two": lambda d: ([log(d), "--scheduled_steps", "2"], ["--scheduled_steps", "'2'"]),
     "labels_count": lambda d: ([log(d), "--labels", "a,b"], ["--labels names 2 logs, but 1 were given"]),
+    "startup_of_a_log_without_it": lambda d: ([log(d), "--startup"],
+                                              ["run.txt: no `warm-up (untimed): ... starts at` line", "--startup"]),
+    "startup_cut_short": lambda d: ([log(d, STARTUP.replace("startup: 55.5s", "")), "--startup"],
+                                    ["run.txt: no `startup:` line"]),
+    "startup_times_shrink": lambda d: ([log(d, STARTUP.replace("done at 52s", "done at 40.0s")), "--startup"],
+                                       ["run.txt: the start-up lines' times do not grow"]),
     "out_jpg": lambda d: ([log(d)], ["--out", "plot.jpg", ".png"], "plot.jpg"),
     "out_no_suffix": lambda d: ([log(d)], ["--out", ".png"], "plot"),
     "out_is_the_log": lambda d: ([log(d, name="run.png")], ["run.png is the input"], "run.png"),
@@ -622,3 +637,11 @@ def test_ctrl_c_in_a_terminal_is_one_line_from_all_processes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 130 and err == "interrupted by Ctrl-C: stopped\n", err
     assert not (tmp_path / "new").exists(), list((tmp_path / "new").rglob("*"))
+
+
+def test_plot_startup_reads_the_phases_and_writes_the_named_file(tmp_path, capsys):
+    assert plot.startup_phases(log(tmp_path, STARTUP)) == pytest.approx([5.7, 44.5, 1.8, 3.0, 0.5])
+    plot.main([log(tmp_path, STARTUP, "C0.txt"), log(tmp_path, STARTUP, "C1.txt"), "--startup", "--out",
+               str(tmp_path / "s.png")])
+    assert capsys.readouterr().out == f"wrote {tmp_path / 's.png'}\n"
+    assert (tmp_path / "s.png").read_bytes().startswith(b"\x89PNG")

@@ -3,6 +3,7 @@ ms/step by stage.
 
     python3 tools/plot.py LOG [LOG ...] --out FILE.png [--labels a,b]
     python3 tools/plot.py REFERENCE_LOG --scheduled_steps S --out FILE.png   # modded-nanogpt log
+    python3 tools/plot.py LOG [LOG ...] --startup --out FILE.png [--labels a,b]   # start-ups by phase
 
 Reads this project's train_gpt.py logs and the reference (modded-nanogpt) logs. Ours print
 `ms/step by stage`; for a log without it, the stages are recomputed from the per-step train_time lines,
@@ -36,6 +37,14 @@ STAGE_ITEM = re.compile(r"\d+:(\S+)")
 SCHEDULED = re.compile(r"^config: .*\bnum_scheduled_steps=(\d+)")
 RUN_ID = re.compile(r"^config: .*\brun_id='([^']*)'")
 UUID = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}")  # train_gpt.py's run_id when none is given
+# --startup: rank 0's start-up lines (seconds from process start) and the phases between them
+SECONDS = r"(?P<s>\d+(?:\.\d+)?)s"
+STARTUP_LINES = {"warm-up (untimed): ... starts at": r"^warm-up \(untimed\).* starts at ",
+                 "warm-up 1/N: ... done at": r"^warm-up 1/\d+:.* done at ",
+                 "warm-up N/N: ... done at": r"^warm-up (\d+)/\1:.* done at ",
+                 "warm-up: validation done at": r"^warm-up: validation done at ", "startup:": r"^startup: "}
+STARTUP_PHASES = ("before the warm-up", "first warm-up step", "other warm-up steps", "validation call", "other ranks")
+STARTUP_COLORS = ("#bbbbbb", "#4477aa", "#66ccee", "#ee6677", "#ccbb44")
 
 
 @dataclass
@@ -116,6 +125,45 @@ def stages_from_steps(train_ms: dict[int, float], S: int, total: int, path) -> l
     return stage_ms
 
 
+def startup_phases(path) -> list[float]:
+    """Seconds of each STARTUP_PHASES phase in a train_gpt.py log of a warm-up (the log's first run)."""
+    text = Path(path).read_text(errors="replace")
+    found = {line: re.search(pattern + SECONDS, text, re.M) for line, pattern in STARTUP_LINES.items()}
+    if missing := [line for line, m in found.items() if m is None]:
+        raise UserError(f"{path}: no `{missing[0]}` line; --startup reads train_gpt.py logs whose warm-up ran to the "
+                        "first timed step")
+    marks = [float(m["s"]) for m in found.values()]
+    phases = [marks[0]] + [b - a for a, b in zip(marks, marks[1:])]
+    if min(phases) < 0:
+        raise UserError(f"{path}: the start-up lines' times do not grow ({', '.join(map(str, marks))} s); is it more "
+                        "than one run in one log?")
+    return phases
+
+
+def draw_startup(runs: list[list[float]], labels: list[str], out):
+    """One bar per log, its phases stacked, each wide enough labelled with its seconds, the total beside it."""
+    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.45 * len(runs)), layout="constrained")
+    for i, phases in enumerate(runs):
+        left = 0.0
+        for j, width in enumerate(phases):
+            ax.barh(i, width, left=left, color=STARTUP_COLORS[j], edgecolor="white",
+                    label=STARTUP_PHASES[j] if i == 0 else None)
+            if width > 3.5:  # room for its number
+                ax.text(left + width / 2, i, f"{width:.1f}", ha="center", va="center", fontsize=8)
+            left += width
+        ax.text(left + 0.5, i, f"{left:.1f} s", va="center", fontsize=9)
+    ax.set_yticks(range(len(runs)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.margins(x=0.1)  # room for the totals
+    ax.set(title="Start-up by phase: process start to the first timed step (rank 0)",
+           xlabel="seconds from process start")
+    fig.legend(loc="outside lower center", ncols=3, fontsize=8)
+    try:
+        atomic_write(out, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)
+
+
 def draw(runs: list[Run], labels: list[str], out):
     """Both panels share colors, so one legend below them names each log (and its final loss)."""
     fig, (loss_ax, stage_ax) = plt.subplots(1, 2, figsize=(13, 5), layout="constrained")
@@ -157,6 +205,8 @@ def main(argv=None):
                                          "file name, a uuid shortened to 8 characters)")
     parser.add_argument("--scheduled_steps", type=cli.whole(3),
                         help="steps before the extension, for logs with no ms/step or config line")
+    parser.add_argument("--startup", action="store_true",
+                        help="plot each log's start-up by phase instead (train_gpt.py logs with a `startup:` line)")
     args = parser.parse_args(argv)
     if plt is None:
         raise UserError("tools/plot.py needs matplotlib: python3 -m pip install matplotlib")
@@ -167,8 +217,11 @@ def main(argv=None):
     labels = args.labels.split(",") if args.labels else None
     if labels and len(labels) != len(args.logs):
         raise UserError(f"--labels names {len(labels)} logs, but {len(args.logs)} were given")
-    runs = [parse_log(p, args.scheduled_steps) for p in args.logs]
-    draw(runs, labels or [label(p, run) for p, run in zip(args.logs, runs)], out)
+    if args.startup:
+        draw_startup([startup_phases(p) for p in args.logs], labels or [Path(p).stem for p in args.logs], out)
+    else:
+        runs = [parse_log(p, args.scheduled_steps) for p in args.logs]
+        draw(runs, labels or [label(p, run) for p, run in zip(args.logs, runs)], out)
     print(f"wrote {out}")
 
 

@@ -1590,11 +1590,11 @@ class Trainer:
         self.restore(good)
         for step in range(good["step"], bad_step):
             self.train_step(step, self.next_batches(step))
+        state = copy_tree(self.state(bad_step), device="cpu")  # before the step reads its batches, as a checkpoint
         data, sched = self.next_batches(bad_step), self.forward_schedule(bad_step)
         capture = dict(
             header("capture", self.rt.rank, self.rt.world_size, self.checkpoints.data, self.hp),
-            state=copy_tree(self.state(bad_step), device="cpu"), detected_at=detected_at,
-            grad_accum_steps=self.rt.grad_accum_steps,
+            state=state, detected_at=detected_at, grad_accum_steps=self.rt.grad_accum_steps,
             forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
                          mtp_weights=sched.mtp_weights.tolist()),
             # nothing random runs in a step: no RNG state is needed

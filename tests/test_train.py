@@ -769,10 +769,10 @@ def test_no_host_sync_inside_training_steps(monkeypatch, tmp_path, synthetic_dat
 
 
 def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
-    r = run_script(TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
-                                 "--num_scheduled_steps", "9", "--val_every", "0", "--warmup", "False",
-                                 "--guard_every", "4", "--inject_fault_step", "5", "--log_dir", str(tmp_path),
-                                 "--run_id", "fault"])
+    flags = TINY_FLAGS + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
+                          "--num_scheduled_steps", "9", "--val_every", "0", "--warmup", "False", "--guard_every", "4",
+                          "--inject_fault_step", "5", "--log_dir", str(tmp_path), "--run_id", "fault"]
+    r = run_script(flags)
     capture = tmp_path / "fault_capture_rank0.pt"
     assert r.returncode != 0 and "non-finite loss or gradient at step 5 (noticed at step 12)" in r.stderr, r.stderr[-2000:]
     assert f"Replay: python3 tools/replay.py {capture}" in r.stderr and capture.exists()
@@ -780,6 +780,10 @@ def test_fault_is_caught_captured_and_replayed(tmp_path, synthetic_data):
     saved = torch.load(capture, weights_only=True)
     assert saved["state"]["step"] == 5 and saved["reproduced"] and len(saved["batches"]) == 8
     assert saved["state"]["carried"] is not None  # an odd (Adam) step: the even step's gradients come with it
+    reader = cpu_trainer(settings(flags))
+    for step in range(5):
+        reader.next_batches(step)
+    assert tuple(saved["state"]["loader"]) == tuple(reader.loader.position()), "step 5's batches not yet read"
     for name, w in saved["state"]["model"].items():
         assert torch.isfinite(w.float()).all(), f"captured weights must be from before the bad step ({name})"
     r = run_script([str(capture), "--device", "cpu"], script="tools/replay.py")

@@ -1640,16 +1640,20 @@ class Trainer:
 
     def compile_ahead(self):
         """A compile helper's work (harness/compile_helpers.py): the warm-up's validation call, or the first two steps, one
-        micro-batch each: the backward helper ends inside the first, once its backward is in the cache; the optimizer
-        helper compiles the optimizer's graphs (needed right after the run's first backward), then builds kernels."""
+        micro-batch each (the backward helper ends in the first; the optimizer helper compiles the optimizer first)."""
         if self.helper == "validation":
-            return self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)]).item()
+            return self.warm_validation().item()
         if self.helper == "optimizer":
             self.compile_optimizer()
         for step in (0, 1):
             data = self.next_batches(step)
             self.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
         self.sync()
+
+    def warm_validation(self) -> Tensor:  # one micro-batch compiles every validation's graph, or loads the helper's
+        if self.helpers:
+            self.helpers.wait("validation")
+        return self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)])
 
     def warmup(self):
         """Untimed, before the first step: compile every training shape the run will time and capture its CUDA graph
@@ -1670,10 +1674,7 @@ class Trainer:
                 self.log(f"warm-up {i}/{len(steps)}: step {step} (stage {settings.stage + 1}, "
                          f"{settings.micro_batch_tokens} tokens per micro-batch, windows {settings.windows}) done at "
                          f"{time.time() - PROCESS_START:.1f}s")
-            if self.helpers:  # its graph in the cache
-                self.helpers.wait("validation")
-            self.val_loss_sum(self.schedule.total_steps, [self.val.batch(0)])
-            self.sync()
+            self.warm_validation().item()  # waits for the device, as sync() does
             self.log(f"warm-up: validation done at {time.time() - PROCESS_START:.1f}s")
         self.restore(initial)
         self.guard.reset()
@@ -1691,9 +1692,8 @@ class Trainer:
             torch._logging.set_logs(recompiles=True)
         if self.rt.distributed:  # the clocks start together: rank 0's would time a rank still compiling (19 s once)
             dist.barrier()
-        start = 0
+        start = resume["state"]["step"] if resume else 0
         if resume:  # a checkpoint (its clock goes on below)
-            start = resume["state"]["step"]
             self.restore(resume["state"])
             log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
         clock = TrainClock(self.schedule.bounds, self.sync, resume)

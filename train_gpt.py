@@ -329,8 +329,7 @@ class Rotary(nn.Module):
 
     Pairs of channels (2j, 2j+1) rotate by position * freq_j; the second half of the head has zero
     frequency ("stationary" channels, used by the key offset). One table serves both layouts: paired-head
-    attention reads rows 2t and 2t + 1 for token t, so it holds 2 * max_tokens positions.
-    """
+    attention reads rows 2t and 2t + 1 for token t, so it holds 2 * max_tokens positions."""
     FILL_ROWS = 1 << 16  # filled by blocks of rows: fp32 angles, cosines and sines of all rows are GBs of transients
 
     def __init__(self, cfg: "GPTConfig"):
@@ -403,8 +402,7 @@ class GPT(nn.Module):
 
     Attention weights of all attention layers are one bank (n_attn, 4*D, D) = [Q; K; V; O] per layer and
     MLP weights one bank (n_bank, 2, 4*D, D) = [W_in; W_out] (bank layout by @chrisjmccormick), so the
-    optimizer can shard whole matrices over ranks. Labels (parameter names) key the optimizer table.
-    """
+    optimizer can shard whole matrices over ranks. Labels (parameter names) key the optimizer table."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -682,7 +680,7 @@ NORM_SKIPS = ("embed", "value_embeds", "bigram_embed")
 
 def flat(t: Tensor) -> Tensor:
     """t's memory, 1-D and not a view (whose base's shape a graph guards on): elementwise adam_update then compiles
-    one graph per dtype pair for every parameter (7 graphs for shaped ones)."""
+    one graph per dtype pair for every small parameter (7 graphs for shaped ones)."""
     return t.view(-1).detach()
 
 
@@ -791,8 +789,11 @@ class NorMuonAdam:
         self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
                         for name, comms in self.comms.items() if comms == "sparse"}
         self.tied = True
-        maybe = (lambda f: torch.compile(f, dynamic=True, fullgraph=True)) if compile else (lambda f: f)
+        maybe = partial(torch.compile, dynamic=True, fullgraph=True) if compile else (lambda f, dynamic=True: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
+        # the head and token tables (Adam's sharded parameters): static graphs, as a dynamic graph's kernels suit its
+        # first call's size (a 12-element gate's ran them 6x slower: records/enwiki-124/2026-11-28_adam-table-graphs)
+        self._adam_table_update = maybe(adam_update, dynamic=False)
         self._adam_flat = {name: [flat(t) for t in (self._shard(name, self.params[name].data),
                                                     state["exp_avg"], state["exp_avg_sq"])]
                            for name, state in self.state.items() if PARAM_RULES[name].optim == "adam"}  # memory stays put
@@ -851,10 +852,11 @@ class NorMuonAdam:
         comms, p = self.comms[name], self.params[name]
         if comms == "sparse":
             return self._launch_sparse(name, grad)
+        # the token tables' fp32 sums round once here (an emulated rank too: a real one's cost); others have p's dtype
+        wire = grad if comms == "none" else grad.to(p.dtype)
         if comms == "none" or not self.distributed:
-            shard = self._shard(name, grad)
+            shard = self._shard(name, wire)
             return lambda: shard
-        wire = grad.to(p.dtype)  # the token tables' fp32 sums round once here; others already have p's dtype
         if PARAM_RULES[name].optim == "normuon":
             wire = wire.view(self.matrix_shapes[name])
         if comms == "all_reduce":
@@ -970,8 +972,9 @@ class NorMuonAdam:
         for key, value in (("beta1", beta1), ("beta2", beta2), ("eps", self.hp.adam_eps)):
             self._scalar[key].fill_(value)
         p, exp_avg, exp_avg_sq = self._adam_flat[name]
-        self._adam_update(p, flat(grad), exp_avg, exp_avg_sq,
-                          *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
+        update = self._adam_table_update if rule.sharded else self._adam_update
+        update(p, flat(grad), exp_avg, exp_avg_sq,
+               *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]
@@ -1090,12 +1093,9 @@ class IndexedShard:
 
 
 class CuSeqlensCapacity:
-    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static.
-
-    Sized from the data (the most documents that start in any window of the micro-batch's length,
-    plus a margin), never from a guessed median document length; if a batch still needs more
-    entries, the buffer grows (one recompile, logged) instead of failing.
-    """
+    """Fixed length of the cu_seqlens buffer per micro-batch size, so compiled shapes stay static: sized from the
+    data (the most documents that start in any window of the micro-batch's length, plus a margin), never from a
+    guessed median document length; a batch that needs more entries grows it (one recompile, logged), not fails."""
 
     MARGIN = 1.25  # room for micro-batches denser in documents than any window of the first shard
 

@@ -343,27 +343,46 @@ def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps
     assert torch.equal(trainer.model.gradients()["embed"], odd["carried"]["grads"]["embed"])
 
 
-@pytest.mark.parametrize("world_size", [1, 8])
-def test_adam_update_compiles_one_graph_per_dtype_pair(world_size):
-    """The optimizer hands adam_update flat tensors that are not views, so every Adam parameter, whatever its shape
-    or shard, shares the compiled graph of its (weight, gradient) dtypes: shaped, it compiled 7 graphs, about 6 s of
-    an H100's cold start (records/enwiki-124/2026-11-26_adam-flat-graphs). Counted by a backend that compiles
-    nothing; later steps reuse them all."""
-    graphs, pairs = [], set()
+@pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated
+def test_adam_graphs_one_per_dtype_pair_and_static_ones_for_the_tables(world_size):
+    """The optimizer hands adam_update flat tensors that are not views, so every small Adam parameter, whatever its
+    shape, shares the dynamic graph of its (weight, gradient) dtypes: shaped, they compiled 7 graphs, about 6 s of an
+    H100's cold start (records/enwiki-124/2026-11-26_adam-flat-graphs). The head and token tables (sharded) never
+    use those: a dynamic graph's kernels suit its first call's size, and a gate's ran a table's update 6x slower than
+    its own static graph (records/enwiki-124/2026-11-28_adam-table-graphs). An emulated rank updates its tables from
+    the bf16 copies a real rank sends (the sparse bigram table's merge is fp32 on both). Counted by backends that
+    compile nothing; later steps reuse every graph."""
     model = tiny_model()
     opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(world_size), compile=False)
+    names = {opt._adam_flat[name][0].data_ptr(): name for name in opt._adam_flat}
     torch._dynamo.reset()
-    compiled = torch.compile(tg.adam_update, backend=lambda gm, _: graphs.append(gm) or gm.forward, dynamic=True,
-                             fullgraph=True)
+    graphs, calls = {True: [], False: []}, {True: set(), False: set()}
 
-    def counted(p, g, *rest):
-        assert p.dim() == g.dim() == 1 and not p._is_view() and not g._is_view()
-        pairs.add((p.dtype, g.dtype))
-        return compiled(p, g, *rest)
-    opt._adam_update = counted
+    def counted(dynamic: bool):
+        compiled = torch.compile(tg.adam_update, backend=lambda gm, inputs: graphs[dynamic].append(inputs) or gm.forward,
+                                 dynamic=dynamic, fullgraph=True)
+
+        def update(p, g, *rest):
+            assert p.dim() == g.dim() == 1 and not p._is_view() and not g._is_view()
+            calls[dynamic].add((names[p.data_ptr()], p.dtype, g.dtype, p.numel()))
+            return compiled(p, g, *rest)
+        return update
+    opt._adam_update, opt._adam_table_update = counted(True), counted(False)
     for untie in (True, False, False):  # tied (the embedding rides on the head), then untied, twice
         random_gradients(model)
         opt.step(1.0, 0.9, do_adam=True)
         if untie:
             opt.untie()
-    assert len(graphs) == len(pairs) <= 3, (len(graphs), pairs)
+    adam = {name for name, rule in tg.PARAM_RULES.items() if rule.optim == "adam"}
+    tables = {name for name in adam if tg.PARAM_RULES[name].sharded}
+    assert {c[0] for c in calls[False]} == tables and {c[0] for c in calls[True]} == adam - tables
+    assert len(graphs[True]) == len({c[1:3] for c in calls[True]}) <= 2, calls[True]
+    assert len(graphs[False]) == len({c[1:] for c in calls[False]}), calls[False]
+    assert not any(isinstance(x, torch.SymInt) for inputs in graphs[False] for x in inputs)  # static shapes
+    wire = {name: g for name, _, g, _ in calls[False]}
+    if world_size == 1:
+        assert wire == dict(lm_head=torch.bfloat16, embed=torch.float32, value_embeds=torch.float32,
+                            bigram_embed=torch.float32)
+    else:
+        assert wire == dict(lm_head=torch.bfloat16, embed=torch.bfloat16, value_embeds=torch.bfloat16,
+                            bigram_embed=torch.float32)

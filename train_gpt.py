@@ -972,9 +972,8 @@ class NorMuonAdam:
         for key, value in (("beta1", beta1), ("beta2", beta2), ("eps", self.hp.adam_eps)):
             self._scalar[key].fill_(value)
         p, exp_avg, exp_avg_sq = self._adam_flat[name]
-        update = self._adam_table_update if rule.sharded else self._adam_update
-        update(p, flat(grad), exp_avg, exp_avg_sq,
-               *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
+        adam = self._adam_table_update if rule.sharded else self._adam_update
+        adam(p, flat(grad), exp_avg, exp_avg_sq, *(self._scalar[k] for k in ("beta1", "beta2", "eps", "step_size", "decay")))
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]
@@ -1376,9 +1375,11 @@ class Schedule:
 
     def warmup_steps(self, micro_batches: int) -> list[int]:
         """The first steps of each stage, enough for MicroStepGraphs.WARM_CALLS of its micro-batches (two steps where
-        a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even and odd (Adam) steps."""
+        a rank runs one micro-batch a step); steps 0 and 1 are the optimizer's even and odd (Adam) steps, the split
+        step and the next odd one the untie and the embedding's first own Adam update (a graph of its own at world 1)."""
         first = range(-(-MicroStepGraphs.WARM_CALLS // micro_batches))
-        return sorted({0, 1} | {s + d for s in self.transition_steps for d in first if s + d < self.total_steps})
+        steps = {0, 1, self.split_step, self.split_step + 2} | {s + d for s in self.transition_steps for d in first}
+        return sorted(s for s in steps if s < self.total_steps)
 
     def stage(self, step: int) -> tuple[int, float]:
         """(stage, fraction of the way through it); steps past the end (the final validation) are the extension's."""
@@ -1629,14 +1630,13 @@ class Trainer:
         self.set_rotary(snap["step"])
 
     def compile_optimizer(self):
-        """The optimizer's graphs (NorMuon's on an even step, Adam's on an odd one) from zero gradients, before any
-        micro-step: a compile reads only the gradients' shapes."""
-        grads = self.model.gradients()
-        for name, p in self.model.named_parameters():
-            if grads[name] is None:  # as the first backward would leave it
-                p.grad = torch.zeros_like(p)
+        """The optimizer's graphs from zero gradients, before any micro-step (a compile reads only the gradients'
+        shapes): NorMuon's on an even step, Adam's on an odd one, tied and untied; then the optimizer as it was made."""
         for step in (0, 1):
             self.optimizer.step(*self.schedule.at(step).optimizer_args)
+        self.optimizer.untie()
+        self.optimizer.step(*self.schedule.at(1).optimizer_args)
+        self.optimizer.reset()
 
     def compile_ahead(self):
         """A compile helper's work (harness/compile_helpers.py): the warm-up's validation call, or the first two steps, one

@@ -23,6 +23,7 @@ from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
 from harness.cli import UserError
+from harness.report import TrainClock
 from tests.utils import REPO, TINY_FLAGS, cpu_trainer, settings
 
 
@@ -255,8 +256,9 @@ def test_train_gpt_as_a_helper_runs_its_first_steps_and_exits(role, tmp_path, sy
 @pytest.mark.skipif(not shutil.which(os.environ.get("CXX", "g++")), reason="Inductor's CPU backend needs a C++ compiler")
 def test_the_optimizer_helper_compiles_the_graphs_the_first_steps_use(tmp_path, synthetic_data):
     """From zero gradients, before any micro-step, Trainer.compile_optimizer compiles every graph the first two steps'
-    optimizer calls (NorMuon's, then Adam's): after it, those steps compile nothing, so its graphs are the ones the
-    run will look up in the cache."""
+    optimizer calls (NorMuon's, then Adam's) and an Adam step's once untied (the embedding's own at world 1): after
+    it, those steps compile nothing, so its graphs are the ones the run will look up in the cache. It leaves the
+    optimizer tied, as it was made."""
     hp = settings(TINY_FLAGS[:2] + TINY_FLAGS[4:] + ["--train_files", synthetic_data["train"], "--val_files",
                                                       synthetic_data["val"], "--num_scheduled_steps", "6",
                                                       "--log_dir", str(tmp_path)])
@@ -266,17 +268,17 @@ def test_the_optimizer_helper_compiles_the_graphs_the_first_steps_use(tmp_path, 
     trainer.compile_optimizer()
     compiled = graphs["unique_graphs"]
     assert compiled > before
-    for step in (0, 1):
+    assert trainer.optimizer.tied
+    for step in (0, 1, 3):
+        if step == 3:
+            trainer.optimizer.untie()
         data = trainer.next_batches(step)
         trainer.train_step(step, dataclasses.replace(data, micro_batches=data.micro_batches[:1]))
     assert graphs["unique_graphs"] == compiled
 
 
-def test_the_runs_validation_graph_is_the_one_the_validation_helper_traces(monkeypatch, tmp_path, synthetic_data):
-    """The validation helper traces only the validation call; the run traces it after its training graphs. Both must
-    trace the same graph, or the run misses the helper's cache entry: a retrace of the training forward's entry
-    traced another one (a size symbol passed twice), hence Trainer.evaluate. Dynamo's graphs, compared with their
-    size symbols renamed in order of appearance, under a backend that records them and runs them eagerly."""
+def recorded_compiles(monkeypatch) -> list[str]:
+    """torch.compile with a backend that records each graph's code and runs it eagerly: the list of the codes."""
     graphs = []
 
     def record(gm, example_inputs):
@@ -284,9 +286,23 @@ def test_the_runs_validation_graph_is_the_one_the_validation_helper_traces(monke
         return gm.forward
     compile_ = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: compile_(fn, **{**kw, "backend": record}))
-    flags = [f if f != "False" or TINY_FLAGS[i - 1] != "--compile" else "True" for i, f in enumerate(TINY_FLAGS)]
-    hp = settings(flags + ["--train_files", synthetic_data["train"], "--val_files", synthetic_data["val"],
-                           "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
+    return graphs
+
+
+def compiled_settings(tmp_path, data: dict, *flags: str):
+    """The tiny settings on the synthetic shards, compiled (--compile True), with `flags`."""
+    tiny = [f if f != "False" or TINY_FLAGS[i - 1] != "--compile" else "True" for i, f in enumerate(TINY_FLAGS)]
+    return settings(tiny + ["--train_files", data["train"], "--val_files", data["val"], "--log_dir", str(tmp_path),
+                            *flags])
+
+
+def test_the_runs_validation_graph_is_the_one_the_validation_helper_traces(monkeypatch, tmp_path, synthetic_data):
+    """The validation helper traces only the validation call; the run traces it after its training graphs. Both must
+    trace the same graph, or the run misses the helper's cache entry: a retrace of the training forward's entry
+    traced another one (a size symbol passed twice), hence Trainer.evaluate. Dynamo's graphs, compared with their
+    size symbols renamed in order of appearance, under a backend that records them and runs them eagerly."""
+    graphs = recorded_compiles(monkeypatch)
+    hp = compiled_settings(tmp_path, synthetic_data, "--num_scheduled_steps", "6")
 
     def renamed(code: str) -> str:
         names = {}
@@ -316,3 +332,23 @@ def test_the_run_waits_for_the_validation_only_after_waiting_for_the_backward(gp
     helpers.wait("backward")
     helpers.wait("validation")
     assert waits == ["backward", "validation"] and set(helpers.waited) == {"backward", "validation"}
+
+
+@pytest.mark.parametrize("world_size", [1, 2])  # 2: emulated, as a compile helper of a two-GPU run
+def test_the_timed_steps_compile_no_graph_the_warmup_did_not(monkeypatch, tmp_path, synthetic_data, world_size):
+    """The warm-up runs every graph the timed steps and the validation use: the model's, and the optimizer's tied and
+    untied (at world 1 the untied embedding's Adam update is a static graph of its own; missed, it compiled at the
+    proxy's step 83, 0.5 s of train time: records/enwiki-124/2026-11-28_adam-table-graphs). Graphs counted by a backend
+    that runs them eagerly, over the whole schedule after the warm-up."""
+    graphs = recorded_compiles(monkeypatch)
+    hp = compiled_settings(tmp_path, synthetic_data, "--num_scheduled_steps", "9", "--num_extension_steps", "2")
+    torch._dynamo.reset()
+    trainer = cpu_trainer(hp, world_size)
+    trainer.warmup()
+    warm = len(graphs)
+    assert warm > 0
+    for step in range(trainer.schedule.total_steps):
+        trainer.train_step(step, trainer.next_batches(step))
+    trainer.validate(trainer.schedule.total_steps, TrainClock([0, 1], lambda: None))
+    torch._dynamo.reset()
+    assert len(graphs) == warm, graphs[warm:]

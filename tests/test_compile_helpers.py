@@ -334,14 +334,15 @@ def test_the_run_waits_for_the_validation_only_after_waiting_for_the_backward(gp
     assert waits == ["backward", "validation"] and set(helpers.waited) == {"backward", "validation"}
 
 
-@pytest.mark.parametrize("world_size", [1, 2])  # 2: emulated, as a compile helper of a two-GPU run
+@pytest.mark.parametrize("world_size", [1, 2, 8])  # 2, 8: emulated, as compile helpers run
 def test_the_timed_steps_compile_no_graph_the_warmup_did_not(monkeypatch, tmp_path, synthetic_data, world_size):
     """The warm-up runs every graph the timed steps and the validation use: the model's, and the optimizer's tied and
     untied (at world 1 the untied embedding's Adam update is a static graph of its own; missed, it compiled at the
     proxy's step 83, 0.5 s of train time: records/enwiki-124/2026-11-28_adam-table-graphs). Graphs counted by a backend
     that runs them eagerly, over the whole schedule after the warm-up."""
     graphs = recorded_compiles(monkeypatch)
-    hp = compiled_settings(tmp_path, synthetic_data, "--num_scheduled_steps", "9", "--num_extension_steps", "2")
+    hp = compiled_settings(tmp_path, synthetic_data, "--num_scheduled_steps", "9", "--num_extension_steps", "2",
+                           "--val_tokens", "2048")  # a whole validation micro-batch per rank at world 8
     torch._dynamo.reset()
     trainer = cpu_trainer(hp, world_size)
     trainer.warmup()

@@ -213,7 +213,7 @@ def test_warmup_covers_every_stage_shape_twice_and_both_optimizer_steps(schedule
     """MicroStepGraphs compiles a shape's first micro-batch and captures its second: the warm-up must show each stage
     (its tokens, windows and length: the graph's key) at least twice, or the timed loop would capture a graph, and
     run an even and an odd (Adam) step, and the untie with the embedding's first Adam update of its own (a static
-    graph at world 1, which the timed loop would compile: 0.6 s once). Fewer steps than that would be start-up for
+    graph at world 1, which the timed loop would compile: ~0.5 s once). Fewer steps than that would be start-up for
     nothing."""
     s = tg.Schedule(tg.Hyperparameters(num_scheduled_steps=scheduled, num_extension_steps=extension))
     for micro_batches in (1, 2, 4, 8):

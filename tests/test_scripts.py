@@ -867,3 +867,17 @@ def test_the_docs_checks_fail_on_a_stale_doc(tmp_path, stale, found):
                   f"`--prefix mine` {stale}\n")
     problems = broken_links(md) + unknown_flags(md, train_gpt_settings(), program_options())
     assert len(problems) == 1 and found in problems[0], problems
+
+
+def test_ab_runs_summary_prints_the_runs_lines_not_the_code_in_the_log(tmp_path):
+    """Every log opens with the code that ran, whose lines also say `val_loss`, `train time` and `peak memory`: the
+    summary prints only what the run itself logged."""
+    (tmp_path / "logs").mkdir()
+    run = ["startup: 61.8s from process start to the first timed step", "ms/step by stage: 1:185.8 2:358.8 3:542.9",
+           "step:124/124 val_loss:3.8635 train_time:45649ms step_avg:368.14ms",
+           "summary: val loss 3.8635 (chance: log(vocab) = 10.825); train time 45.6 s over 124 steps; log: P0.txt",
+           "peak memory allocated: 29714 MiB reserved: 51228 MiB"]
+    code = (REPO / "train_gpt.py").read_text() + (REPO / "harness" / "report.py").read_text()
+    (tmp_path / "logs" / "P0.txt").write_text(code + "\n".join(["step:1/124 train_loss:10.8 grad_norm:1.0", *run]) + "\n")
+    r = ab_runs("summary", out=tmp_path)
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"{tmp_path}/logs/P0.txt:{line}" for line in run], r.stdout

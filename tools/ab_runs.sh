@@ -20,7 +20,7 @@
 #       the reference's proxy run on GPUs 0..WORLD-1 (REF_DIR/run_reference.sh, REF_DIR default
 #       .bench/reference, a copy of ../shared/reference): stdout OUT/NAME/stdout.txt, full log in OUT/NAME.
 #   summary
-#       the start-up, peak memory, train time and val loss lines of OUT/logs/*.txt.
+#       the start-up, ms/step by stage, val loss, summary and peak memory lines of OUT/logs/*.txt.
 #   --limit S   stop the run after S seconds
 #   --by S      stop the run S seconds after the part's `setup` began (what is left of a call's time limit)
 #   --dry_run   print each command with its environment instead of running it
@@ -209,7 +209,9 @@ cmd_reference() {
 
 cmd_summary() {
     (( $# == 0 )) || die "summary takes no arguments"
-    grep -H "^startup:\|^peak memory\|train time\|val_loss" "$OUT"/logs/*.txt 2>/dev/null || echo "no logs in $OUT/logs"
+    # anchored: every log opens with the code that ran, whose lines hold these words too
+    grep -H "^startup:\|^peak memory\|^ms/step by stage:\|^step:[0-9]*/[0-9]* val_loss:\|^summary: " "$OUT"/logs/*.txt \
+        2>/dev/null || echo "no logs in $OUT/logs"
 }
 
 [[ ${1:-} == --dry_run ]] && { DRY=1; shift; }

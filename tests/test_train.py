@@ -1050,13 +1050,28 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     path.write_text(json.dumps({"traceEvents": events}))
     trace_summary.summarize(str(path), steps=1)
     out = capsys.readouterr().out
-    assert "GPU busy 0.6 ms/step, idle inside the window 0.0 ms/step" in out
+    assert "GPU busy 0.6 ms/step, idle inside the window 0.0 ms/step: 0.0 between back-to-back kernels (0 gaps" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out
     # all-gather 80-120 under the add until 100; reduce-scatter 320-520 under the matmul until 350 and the transpose's
     # 400-500
     assert re.search(r"0\.20 +0\.13 +0\.07  ncclDevKernel_ReduceScatter\n +0\.04 +0\.02 +0\.02  ncclDevKernel_AllGather_RING_LL"
                      r"\n +0\.24 +0\.15 +0\.09  all\n", out), out
     assert "host time per step: step 0.70 ms, optimizer_step 0.12 ms" in out
+
+
+def test_trace_summary_tells_launch_gaps_from_a_dry_queue():
+    """Idle time splits into the gaps of <= 5 us between queued kernels and the longer ones; a copy or a fill keeps the
+    GPU busy (a profile once read ~1 us per kernel as the host falling behind)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import trace_summary
+    events = [{"cat": "kernel", "name": "k", "ts": 14 * i, "dur": 10} for i in range(401)]  # 400 gaps of 4 us
+    t = events[-1]["ts"] + 10
+    events += [{"cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": t, "dur": 1000},  # no gap: the copy is work
+               {"cat": "gpu_memset", "name": "Memset", "ts": t + 1000, "dur": 50},
+               {"cat": "kernel", "name": "k", "ts": t + 1050 + 2400, "dur": 10}]  # the queue ran dry for 2.4 ms
+    assert trace_summary.idle_time(events, steps=2) == (
+        "idle inside the window 2.0 ms/step: 0.8 between back-to-back kernels (200 gaps of <= 5 us a step), "
+        "1.2 in longer gaps")
 
 
 def test_compile_time_breakdown_reads_torch_compiles_counters():

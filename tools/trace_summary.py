@@ -1,8 +1,9 @@
 """Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
-(the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled
-window (idle time = the host could not keep up), how much of the collectives' time other kernels hid, and the host's time per step (what 8 GPUs, at one
-micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a CPU run's)
-gets the host's time per step by op instead.
+(the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled window (the
+short gaps between back-to-back kernels, the launch latency a step pays per kernel, apart from the longer ones, where
+the GPU waited for the host), how much of the collectives' time other kernels hid, and the host's time per step (what
+8 GPUs, at one micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a
+CPU run's) gets the host's time per step by op instead.
 
     python3 tools/trace_summary.py logs/<run_id>_trace.json [STEPS]
 
@@ -79,6 +80,28 @@ def overlap(events: list[dict], others: list[dict]) -> float:
     return total
 
 
+BACK_TO_BACK_US = 5  # a queued kernel starts ~1 us after the one before it ends (H200, CUDA graphs or not)
+
+
+def idle_time(events: list[dict], steps: int) -> str:
+    """The GPU's idle time between its first and last kernel, copy or fill: gaps of up to BACK_TO_BACK_US are the
+    launch latency of kernels already queued (fewer kernels, not a faster host, remove them); longer ones are where
+    the queue ran dry."""
+    work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
+    short = long = 0.0
+    short_gaps, end = 0, work[0]["ts"]
+    for e in work:
+        gap = e["ts"] - end
+        if 0 < gap <= BACK_TO_BACK_US:
+            short, short_gaps = short + gap, short_gaps + 1
+        elif gap > BACK_TO_BACK_US:
+            long += gap
+        end = max(end, e["ts"] + e["dur"])
+    ms = lambda us: us / 1e3 / steps  # noqa: E731
+    return (f"idle inside the window {ms(short + long):.1f} ms/step: {ms(short):.1f} between back-to-back kernels "
+            f"({short_gaps // steps} gaps of <= {BACK_TO_BACK_US} us a step), {ms(long):.1f} in longer gaps")
+
+
 def summarize(path, steps: int | None = None):
     events = load_events(path)
     profiled = sum(e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep") for e in events)
@@ -98,12 +121,8 @@ def summarize(path, steps: int | None = None):
     busy = sum(t for t, _ in by_name.values())
     share = lambda us: 100 * us / busy if busy else 0.0  # noqa: E731
     if kernels:
-        idle, end = 0.0, kernels[0]["ts"]
-        for e in kernels:
-            idle += max(0.0, e["ts"] - end)
-            end = max(end, e["ts"] + e["dur"])
         print(f"{len(kernels) // steps} kernels/step; GPU busy {per_step(busy):.1f} ms/step, "
-              f"idle inside the window {per_step(idle):.1f} ms/step")
+              + idle_time(events, steps))
         families = collections.Counter()
         for name, (t, _) in by_name.items():
             families[family(name)] += t

@@ -735,6 +735,9 @@ def test_ab_runs_dry_run_prints_each_run_with_its_limit(tmp_path):
         rf"--run_id E0 --seed 2 --fp8_body False\n", r.stdout), r.stdout
     r = ab_runs("--dry_run", "cold", "C1", 0, "--gpus", "0,1", out=tmp_path)
     assert r.stdout.startswith("C1: env CUDA_VISIBLE_DEVICES=0,1 TORCHINDUCTOR_CACHE_DIR=/tmp/caches/C1 "), r.stdout
+    assert r.stdout.endswith(" --run_id C1 --seed 0 --guard_every 1\n"), r.stdout  # a stop comes within two steps
+    r = ab_runs("--dry_run", "cold", "C2", 0, "--", "--guard_every", "5", out=tmp_path)
+    assert r.stdout.endswith(" --seed 0 --guard_every 1 --guard_every 5\n"), r.stdout  # the last one wins
     (tmp_path / "run_reference.sh").touch()
     r = ab_runs("--dry_run", "reference", "ref1", 2, "--limit", 585, out=tmp_path, REF_DIR=tmp_path)
     assert r.stdout == (f"ref1: timeout 585 env CUDA_VISIBLE_DEVICES=0,1 OUT={tmp_path}/ref1 bash "

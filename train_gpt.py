@@ -1698,7 +1698,7 @@ class Trainer:
             log(f"resumed at step {start} ({resume['train_ms'] / 1000:.1f} s of training done)")
         clock = TrainClock(self.schedule.bounds, self.sync, resume)
         lines = StepLines(self.metrics, clock, total, log, self.rt.distributed)
-        profiler = StepProfiler(hp.profile_steps, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
+        profiler = StepProfiler(hp.profile_steps, start, hp.log_dir, hp.run_id, self.rt.device, self.rt.is_master, log)
         self.watch.begin(start, lines)
         clock.start()
         log(f"startup: {time.time() - PROCESS_START:.1f}s from process start to the first timed step")

@@ -1,7 +1,10 @@
-"""harness/: the step lines' deferred values and the training clock.
+"""harness/: the step lines' deferred values, the training clock and the step profiler.
 
     python3 -m pytest -q tests/test_harness.py
 """
+import json
+
+import pytest
 import torch
 
 import harness.report as report
@@ -46,3 +49,33 @@ def test_clock_pauses_and_times_each_stage(monkeypatch):
     now[0] = 5.8  # two steps of 300 ms
     clock.at_step(4)
     assert {k: round(v, 6) for k, v in clock.stage_ms.items()} == {0: 100.0, 1: 300.0} and round(clock.now_ms()) == 800
+
+
+@pytest.mark.parametrize("first", [0, 2, 3])
+def test_profiler_traces_the_named_steps_after_a_warm_up_step(tmp_path, first, recwarn):
+    """--profile_steps 3:5 traces steps 3 and 4, of a fresh run or one resumed at step 2 or 3 (its ProfilerStep#N
+    count from there); the step before them, where there is one, is the profiler's warm-up and is not in the trace."""
+    from harness.profiling import StepProfiler
+    lines = []
+    profiler = StepProfiler("3:5", first, str(tmp_path), "p", torch.device("cpu"), True, lines.append)
+    for step in range(first, 7):
+        with torch.profiler.record_function(f"work_{step}"):
+            torch.ones(4).add_(step)
+        profiler.step()
+    trace = json.loads((tmp_path / "p_trace.json").read_text())["traceEvents"]
+    names = {e.get("name") for e in trace}
+    assert {n for n in names if n.startswith(("ProfilerStep#", "work_"))} == {
+        f"ProfilerStep#{3 - first}", f"ProfilerStep#{4 - first}", "work_3", "work_4"}
+    assert lines == [f"profiler trace of steps 3..4: {tmp_path}/p_trace.json"]
+    no_warmup = [w for w in recwarn if "won't be using warmup" in str(w.message)]  # torch's word for the skew
+    assert len(no_warmup) == (first == 3), no_warmup  # a warm-up step wherever one precedes the traced steps
+
+
+def test_profiler_says_why_a_resumed_run_has_no_trace(tmp_path):
+    from harness.profiling import StepProfiler
+    lines = []
+    profiler = StepProfiler("3:5", 4, str(tmp_path), "p", torch.device("cpu"), True, lines.append)
+    for _ in range(4, 7):
+        profiler.step()
+    assert lines == ["no profiler trace: --profile_steps 3:5 starts before step 4, where this run resumed"]
+    assert not (tmp_path / "p_trace.json").exists()

@@ -16,6 +16,7 @@ train_gpt.py or an option of the program it is given to.
 import ast
 import contextlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -743,6 +744,23 @@ def test_ab_runs_dry_run_prints_each_run_with_its_limit(tmp_path):
     assert r.stdout == (f"ref1: timeout 585 env CUDA_VISIBLE_DEVICES=0,1 OUT={tmp_path}/ref1 bash "
                         f"{tmp_path}/run_reference.sh {tmp_path}/data 2 120 4 4194304\n"), r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run_reference.sh", "t0"]  # a dry run writes nothing
+
+
+def test_ab_runs_keeps_a_profiled_runs_trace_compressed(tmp_path):
+    """A project run's --profile_steps trace is xz'd in place (records keep it; tools/trace_summary.py reads it), with
+    the run's own exit status; here tools/enwiki-124.sh is a stub that writes the trace and fails."""
+    (tmp_path / "tools").mkdir()
+    script = tmp_path / "tools" / "ab_runs.sh"
+    script.write_text(AB_RUNS.read_text())
+    stub = tmp_path / "tools" / "enwiki-124.sh"  # called as DATA LOG_DIR --run_id ID --seed N ...
+    stub.write_text('#!/usr/bin/env bash\necho \'{"traceEvents": []}\' > "$2/$4_trace.json"\nexit 3\n')
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(script), "project", "PR1", "0"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "OUT": str(out), "DATA": str(out / "data")})
+    assert r.returncode == 3 and r.stdout.startswith("PR1 rc=3 "), r.stdout + r.stderr
+    assert sorted(p.name for p in (out / "logs").iterdir()) == ["PR1.console", "PR1_trace.json.xz"]
+    assert json.loads(lzma.open(out / "logs" / "PR1_trace.json.xz").read()) == {"traceEvents": []}
 
 
 def test_ab_runs_skips_a_run_with_no_time_left(tmp_path):

@@ -13,6 +13,7 @@
 #       one proxy run (tools/enwiki-124.sh) on the GPUs LIST (default 0): log OUT/logs/RUN_ID.txt, console
 #       OUT/logs/RUN_ID.console. Compile caches in DIR (default /tmp/caches/RUN_ID): runs that name one DIR share
 #       it, the first starting cold, e.g. /tmp/c_fp8 for the default numerics, /tmp/c_exact for --fp8_body False.
+#       A --profile_steps trace is left as OUT/logs/RUN_ID_trace.json.xz.
 #   cold RUN_ID SEED [--gpus LIST] [--cache DIR] [--limit S | --by S] [-- TRAIN_GPT_FLAGS...]
 #       a cold start: as project, from a cache DIR that must be new or empty, stopped (SIGTERM) once its log
 #       says `startup:`; with --guard_every 1 (unless the flags give one), as ranks stop at an agreed check: the
@@ -180,7 +181,10 @@ cmd_project() {
     (( DRY )) || mkdir -p "$OUT/logs"
     if [[ $CMD == project ]] || (( DRY )); then
         run_limited "$id" "$console" "${run[@]}"
-        return
+        local rc=$?
+        # a --profile_steps trace, xz'd: ~60x smaller, small enough for a record to keep (trace_summary.py reads it)
+        (( DRY )) || [ ! -f "$OUT/logs/${id}_trace.json" ] || xz -T0 -6 "$OUT/logs/${id}_trace.json"
+        return $rc
     fi
     limited || { run_limited "$id" "$console"; return; }  # its line: no time left
     local start pid rc

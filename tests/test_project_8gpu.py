@@ -88,6 +88,32 @@ def test_totals_weight_stages_by_their_steps():
     assert r["ref_total_from_stages_s"] == pytest.approx(proj.REF_8GPU_TOTAL_S, abs=0.2)  # the log's rates add up
 
 
+def test_check_at_a_measured_world_by_hand():
+    """Emulated 10 / 20 / 30 ms plus alpha = 0.1 of the stage's collectives (Adam steps 4e6 bytes short of 2e9, at
+    400 GB/s) against measured 12 / 20 / 31 ms: missed is measured - predicted, its total weighted by the steps."""
+    c = proj.check_world(LEDGER, 0.1, (10, 20, 30), (12, 20, 31), B)
+    adam_steps = (241, 242, 242)
+    for st, emulated, measured, adam, steps in zip(c["stages"], (10, 20, 30), (12, 20, 31), adam_steps, (483, 484, 483)):
+        comm = (2e9 - 4e6 * adam / steps) / 400e9 * 1e3
+        assert st["comm_ms"] == pytest.approx(comm, abs=1e-12)
+        assert st["predicted_ms"] == pytest.approx(emulated + 0.1 * comm, abs=1e-12)
+        assert st["missed_ms"] == pytest.approx(measured - emulated - 0.1 * comm, abs=1e-12)
+    assert c["missed_total_s"] == pytest.approx(sum(st["missed_ms"] * n for st, n in zip(c["stages"], (483, 484, 523)))
+                                                / 1e3)
+
+
+def test_cli_checks_the_model_at_world_2_and_refuses_other_worlds(capsys):
+    numbers = ["--project_1gpu", "224,428,637", "--project_emulated8", "31,56,82"]
+    proj.main([*numbers, "--check", "2", "100,200,300", "110,210,310"])
+    text = capsys.readouterr().out
+    assert "the model at world 2, measured" in text and "if world 8 pays what the model missed here" in text
+    for world, times in (("8", "1,2,3"), ("3", "1,2,3"), ("2", "1,2")):
+        with pytest.raises(SystemExit):
+            proj.main([*numbers, "--check", world, times, "1,2,3"])
+        err = capsys.readouterr().err
+        assert err.startswith("error: --check") and err.count("\n") == 1, err
+
+
 def test_cli_rejects_a_wrong_number_of_stages(capsys):
     with pytest.raises(SystemExit):
         proj.main(["--project_1gpu", "224,428", "--project_emulated8", "31,56,82"])

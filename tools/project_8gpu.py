@@ -2,11 +2,15 @@
 the reference (modded-nanogpt PR #233), whose one-GPU times and published 8xH100 log are both known.
 
     python3 tools/project_8gpu.py --project_1gpu 224,428,637 --project_emulated8 31,56,82 \
-        [--ledger LEDGER.json] [--ref_opt1_ms 6.0] [--ref_opt8_ms 1.0] [--bus_gbps 340] [--json OUT]
+        [--ledger LEDGER.json] [--ref_opt1_ms 6.0] [--ref_opt8_ms 1.0] [--bus_gbps 340] [--json OUT] \
+        [--check 2 EMULATED_MS MEASURED_MS ...]
 
 --project_1gpu: the project's ms/step by stage on one H100 (8 micro-batches per step); --project_emulated8: the same
 with --emulate_world_size 8 (rank 0's whole share of an 8-GPU step, collectives skipped); --ledger: the JSON of
-`tools/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted).
+`tools/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted); --check W E M (repeatable):
+the model's prediction of a world it can be checked on, W = 2 or 4, from an emulated rank of that world (E, ms/step by
+stage) against that world's measured ms/step (M), with W's bytes (its ledger built here), and what the projection
+becomes if world 8 pays the per-step time the model missed there.
 
 Model, per stage s (stages 1-3; the 40 extension steps run at stage 3's rate):
     t8(s)      = compute(s) + alpha * comm(s)
@@ -146,6 +150,18 @@ def project(ledger: dict, project_1gpu, project_emulated8, ref_opt1_ms: float, r
         ref_total_from_stages_s=total_s(REF_8GPU_MS), ref_total_published_s=REF_8GPU_TOTAL_S)
 
 
+def check_world(ledger: dict, alpha: float, emulated, measured, bus_gbps: float) -> dict:
+    """The model at a measured world: each stage's emulated rank plus alpha times its collectives at that world's bytes
+    (ledger: comm_ledger.ledgers(world)), against the measured ms/step; missed: what the prediction fell short by."""
+    stages = []
+    for s in range(3):
+        comm = comm_ms(mean_step_bytes(ledger[f"stage {s + 1}"], kind_counts(*STAGE_BOUNDS[s:s + 2]), False), bus_gbps)
+        predicted = predict_ms(emulated[s], alpha, comm)
+        stages.append(dict(emulated_ms=emulated[s], comm_ms=comm, predicted_ms=predicted, measured_ms=measured[s],
+                           missed_ms=measured[s] - predicted))
+    return dict(stages=stages, missed_total_s=total_s([st["missed_ms"] for st in stages]))
+
+
 def report(r: dict) -> str:
     stages = r["stages"]
     lines = [f"8xH100 projection: bus bandwidth B = {r['bus_gbps']:g} GB/s per GPU; reference optimizer "
@@ -179,6 +195,14 @@ def report(r: dict) -> str:
               f"  project   {r['project_total_s']:.1f} +- {r['project_total_uncertainty_s']:.1f} s (projected)",
               f"  reference {r['ref_total_published_s']:.1f} s published ({r['ref_total_from_stages_s']:.1f} s from "
               f"its stage rates): project {r['project_total_s'] - r['ref_total_published_s']:+.1f} s"]
+    for world, c in r.get("checks", {}).items():
+        lines += ["", f"the model at world {world}, measured: emulated rank + alpha x its collectives, ms/step:",
+                  f"{'':9}{'emulated':>10}{'comm':>7}{'predicted':>11}{'measured':>10}{'missed':>9}"]
+        for i, st in enumerate(c["stages"], 1):
+            lines.append(f"{f'stage {i}':9}{st['emulated_ms']:>10.2f}{st['comm_ms']:>7.2f}{st['predicted_ms']:>11.2f}"
+                         f"{st['measured_ms']:>10.2f}{st['missed_ms']:>+9.2f} ({st['missed_ms'] / st['measured_ms']:+.1%})")
+        lines.append(f"  if world 8 pays what the model missed here: project {r['project_total_s'] + c['missed_total_s']:.1f} s "
+                     f"({c['missed_total_s']:+.1f} s)")
     return "\n".join(lines)
 
 
@@ -239,19 +263,30 @@ def main(argv=None):
     parser.add_argument("--ref_opt8_ms", type=cli.finite(above=False), default=DEFAULT_REF_OPT8_MS)
     parser.add_argument("--bus_gbps", type=cli.finite(), default=DEFAULT_BUS_GBPS)
     parser.add_argument("--json", help="also write the results as JSON")
+    parser.add_argument("--check", nargs=3, action="append", default=[], metavar=("WORLD", "EMULATED", "MEASURED"),
+                        help="world 2 or 4: its emulated rank's and its measured ms/step by stage (repeatable)")
     args = parser.parse_args(argv)
+    checks = {}
+    for world, emulated, measured in args.check:
+        if world not in ("2", "4"):
+            raise UserError(f"--check {world}: the model is checked at world 2 or 4 (8 is what it projects)")
+        try:
+            checks[int(world)] = (three_floats(emulated), three_floats(measured))
+        except argparse.ArgumentTypeError as e:
+            raise UserError(f"--check {world} {emulated} {measured}: {e}") from None
     if args.ref_opt1_ms >= min(REF_1GPU_MS):
         raise UserError(f"--ref_opt1_ms {args.ref_opt1_ms:g} must be below the reference's one-GPU step "
                         f"({min(REF_1GPU_MS):g} ms in stage 1): it is the optimizer's share of that step")
     if args.json:
         check_output(args.json, [args.ledger] if args.ledger else [])
-    if args.ledger:
-        ledger = load_ledger(args.ledger)
-    else:
+    if checks or not args.ledger:
         from tools.comm_ledger import ledgers  # torch and train_gpt.py: only when needed
-        ledger = ledgers(8)
+    ledger = load_ledger(args.ledger) if args.ledger else ledgers(8)
     result = project(ledger, args.project_1gpu, args.project_emulated8, args.ref_opt1_ms, args.ref_opt8_ms,
                      args.bus_gbps)
+    if checks:
+        result["checks"] = {world: check_world(ledgers(world), result["alpha"], *times, args.bus_gbps)
+                            for world, times in checks.items()}
     print(report(result))
     if args.json:
         atomic_write(args.json, lambda f: f.write(json.dumps(result, indent=1).encode()))

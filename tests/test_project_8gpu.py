@@ -93,7 +93,8 @@ def test_check_at_a_measured_world_by_hand():
     400 GB/s) against measured 12 / 20 / 31 ms: missed is measured - predicted, its total weighted by the steps."""
     c = proj.check_world(LEDGER, 0.1, (10, 20, 30), (12, 20, 31), B)
     adam_steps = (241, 242, 242)
-    for st, emulated, measured, adam, steps in zip(c["stages"], (10, 20, 30), (12, 20, 31), adam_steps, (483, 484, 483)):
+    cases = zip(c["stages"], (10, 20, 30), (12, 20, 31), adam_steps, (483, 484, 483))
+    for st, emulated, measured, adam, steps in cases:
         comm = (2e9 - 4e6 * adam / steps) / 400e9 * 1e3
         assert st["comm_ms"] == pytest.approx(comm, abs=1e-12)
         assert st["predicted_ms"] == pytest.approx(emulated + 0.1 * comm, abs=1e-12)
@@ -107,9 +108,11 @@ def test_cli_checks_the_model_at_world_2_and_refuses_other_worlds(capsys):
     proj.main([*numbers, "--check", "2", "100,200,300", "110,210,310"])
     text = capsys.readouterr().out
     assert "the model at world 2, measured" in text and "if world 8 pays what the model missed here" in text
-    for world, times in (("8", "1,2,3"), ("3", "1,2,3"), ("2", "1,2")):
+    twice = ["--check", "2", "1,2,3", "1,2,3"]
+    for bad in (["--check", "8", "1,2,3", "1,2,3"], ["--check", "3", "1,2,3", "1,2,3"],
+                ["--check", "2", "1,2", "1,2,3"], twice + twice):
         with pytest.raises(SystemExit):
-            proj.main([*numbers, "--check", world, times, "1,2,3"])
+            proj.main([*numbers, *bad])
         err = capsys.readouterr().err
         assert err.startswith("error: --check") and err.count("\n") == 1, err
 

@@ -7,10 +7,10 @@ the reference (modded-nanogpt PR #233), whose one-GPU times and published 8xH100
 
 --project_1gpu: the project's ms/step by stage on one H100 (8 micro-batches per step); --project_emulated8: the same
 with --emulate_world_size 8 (rank 0's whole share of an 8-GPU step, collectives skipped); --ledger: the JSON of
-`tools/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted); --check W E M (repeatable):
-the model's prediction of a world it can be checked on, W = 2 or 4, from an emulated rank of that world (E, ms/step by
-stage) against that world's measured ms/step (M), with W's bytes (its ledger built here), and what the projection
-becomes if world 8 pays the per-step time the model missed there.
+`tools/comm_ledger.py --world_size 8 --json FILE` (built here from train_gpt.py when omitted); --check W E M
+(repeatable): the model's prediction of a world it can be checked on, W = 2 or 4, from an emulated rank of that world
+(E, ms/step by stage) against that world's measured ms/step (M), with W's bytes (its ledger built here), and what the
+projection becomes if world 8 pays the per-step time the model missed there.
 
 Model, per stage s (stages 1-3; the 40 extension steps run at stage 3's rate):
     t8(s)      = compute(s) + alpha * comm(s)
@@ -199,10 +199,11 @@ def report(r: dict) -> str:
         lines += ["", f"the model at world {world}, measured: emulated rank + alpha x its collectives, ms/step:",
                   f"{'':9}{'emulated':>10}{'comm':>7}{'predicted':>11}{'measured':>10}{'missed':>9}"]
         for i, st in enumerate(c["stages"], 1):
+            missed = st["missed_ms"]
             lines.append(f"{f'stage {i}':9}{st['emulated_ms']:>10.2f}{st['comm_ms']:>7.2f}{st['predicted_ms']:>11.2f}"
-                         f"{st['measured_ms']:>10.2f}{st['missed_ms']:>+9.2f} ({st['missed_ms'] / st['measured_ms']:+.1%})")
-        lines.append(f"  if world 8 pays what the model missed here: project {r['project_total_s'] + c['missed_total_s']:.1f} s "
-                     f"({c['missed_total_s']:+.1f} s)")
+                         f"{st['measured_ms']:>10.2f}{missed:>+9.2f} ({missed / st['measured_ms']:+.1%})")
+        lines.append(f"  if world 8 pays what the model missed here: project "
+                     f"{r['project_total_s'] + c['missed_total_s']:.1f} s ({c['missed_total_s']:+.1f} s)")
     return "\n".join(lines)
 
 
@@ -270,6 +271,8 @@ def main(argv=None):
     for world, emulated, measured in args.check:
         if world not in ("2", "4"):
             raise UserError(f"--check {world}: the model is checked at world 2 or 4 (8 is what it projects)")
+        if int(world) in checks:
+            raise UserError(f"--check {world} is given twice; give each world once")
         try:
             checks[int(world)] = (three_floats(emulated), three_floats(measured))
         except argparse.ArgumentTypeError as e:

@@ -83,10 +83,10 @@ def overlap(events: list[dict], others: list[dict]) -> float:
 BACK_TO_BACK_US = 5  # a queued kernel starts ~1 us after the one before it ends (H200, CUDA graphs or not)
 
 
-def idle_time(events: list[dict], steps: int) -> str:
-    """The GPU's idle time between its first and last kernel, copy or fill: gaps of up to BACK_TO_BACK_US are the
-    launch latency of kernels already queued (fewer kernels, not a faster host, remove them); longer ones are where
-    the queue ran dry."""
+def idle_time(events: list[dict]) -> tuple[float, float, int]:
+    """The GPU's idle time between its first and last kernel, copy or fill, in us: gaps of up to BACK_TO_BACK_US (the
+    launch latency of kernels already queued: fewer kernels, not a faster host, remove them), longer ones (where the
+    queue ran dry), and the number of the short ones."""
     work = sorted((e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")), key=lambda e: e["ts"])
     short = long = 0.0
     short_gaps, end = 0, work[0]["ts"]
@@ -97,9 +97,7 @@ def idle_time(events: list[dict], steps: int) -> str:
         elif gap > BACK_TO_BACK_US:
             long += gap
         end = max(end, e["ts"] + e["dur"])
-    ms = lambda us: us / 1e3 / steps  # noqa: E731
-    return (f"idle inside the window {ms(short + long):.1f} ms/step: {ms(short):.1f} between back-to-back kernels "
-            f"({short_gaps // steps} gaps of <= {BACK_TO_BACK_US} us a step), {ms(long):.1f} in longer gaps")
+    return short, long, short_gaps
 
 
 def summarize(path, steps: int | None = None):
@@ -121,8 +119,10 @@ def summarize(path, steps: int | None = None):
     busy = sum(t for t, _ in by_name.values())
     share = lambda us: 100 * us / busy if busy else 0.0  # noqa: E731
     if kernels:
-        print(f"{len(kernels) // steps} kernels/step; GPU busy {per_step(busy):.1f} ms/step, "
-              + idle_time(events, steps))
+        short, long, short_gaps = idle_time(events)
+        print(f"{len(kernels) // steps} kernels/step; GPU busy {per_step(busy):.1f} ms/step, idle inside the window "
+              f"{per_step(short + long):.1f} ms/step: {per_step(short):.1f} between back-to-back kernels "
+              f"({short_gaps // steps} gaps of <= {BACK_TO_BACK_US} us a step), {per_step(long):.1f} in longer gaps")
         families = collections.Counter()
         for name, (t, _) in by_name.items():
             families[family(name)] += t

@@ -47,10 +47,11 @@ def generated_code(tokens: int = 128) -> list[str]:
     model = tg.GPT(cfg)
     mb, sched = batch_for(model, tokens)
     compiled = torch.compile(model, dynamic=True, fullgraph=True)
+    w8 = model.fp8_weights()  # made once per step outside the graph, as the trainer does
 
     def micro_step():
         try:
-            compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched).backward()
+            compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, w8).backward()
         except InterpreterError:  # the interpreter cannot run Inductor's CPU-targeted kernels; they exist by then
             pass
     with tg.torch_settings():  # what main() sets for the compile

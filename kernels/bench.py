@@ -34,8 +34,9 @@ from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_tr
                                xtx_triton, xxt_reference, xxt_triton)
 from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
                                transpose_copy_reference, transpose_copy_triton)
-from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_config, relu_square_mlp,
-                                 relu_square_mlp_fp8, relu_square_mlp_reference)
+from kernels.relu_square import (MLPConfig, hopper_backward_applies, matmul_relu_square_triton, mlp_config,
+                                 relu_square_backward_hopper, relu_square_mlp, relu_square_mlp_fp8,
+                                 relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
 
 
@@ -356,6 +357,12 @@ def bench_relu_square(peaks: Peaks):
                                                                           row_scale=g_scale, fp8_out=True)),
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
                                 flops, "TFLOP/s", peaks.matmul_tflop_s))
+        if hopper_backward_applies(g8, MLP_HIDDEN, fp8_out=True):
+            rows.append(compare_row("  warp-specialized, Hopper (torch: the Triton kernel above)", shape,
+                                    time_ms(lambda: relu_square_backward_hopper(g8, w_out8, post, w_out_scale, g_scale)),
+                                    time_ms(lambda: matmul_relu_square_triton(g8, w_out8, post=post, scale=w_out_scale,
+                                                                              row_scale=g_scale, fp8_out=True)),
+                                    flops, "TFLOP/s", peaks.matmul_tflop_s))
         d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)
         w_blocks = fp8_weight_blocks(w_in.T)  # made outside the timing: training fuses it into the forward
         rows.append(compare_row("FP8 dx = d_pre w_in, block scales (torch: bf16)", shape,

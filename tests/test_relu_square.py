@@ -8,12 +8,14 @@ tests add bf16 and the model's shapes (shown as skipped without it).
 """
 import pytest
 import torch
+import triton
 
+from kernels.configs import SM90, device_key
 from kernels.fp8_linear import (E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8_rows, fp8_tensor,
                                 fp8_weight_blocks)
-from kernels.relu_square import (MLPConfig, matmul_relu_square_triton, mlp_fp8_weights, relu_square_mlp,
-                                 relu_square_mlp_fp8, relu_square_mlp_fp8_op, relu_square_mlp_op,
-                                 relu_square_mlp_reference)
+from kernels.relu_square import (HOPPER_TRITON, MLPConfig, hopper_backward_applies, matmul_relu_square_triton,
+                                 mlp_fp8_weights, relu_square_backward_hopper, relu_square_mlp, relu_square_mlp_fp8,
+                                 relu_square_mlp_fp8_op, relu_square_mlp_op, relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -274,3 +276,56 @@ def test_forward_fp8_out(tokens, hidden, dtype, block_n, poison_empty):
     assert torch.equal(post, matmul_relu_square_triton(x8, w8, config=config, scale=scale, out_dtype=dtype)), \
         "post changed by fp8_out"
     check_fp8_out(post, post8, post_scale, dtype)
+
+
+HOPPER_ONLY = pytest.mark.skipif(
+    not (HAS_CUDA and device_key(torch.device("cuda")) == SM90 and triton.__version__.startswith(HOPPER_TRITON)),
+    reason=f"needs an sm_90 GPU and Triton {HOPPER_TRITON}x (the warp-specialized FP8 backward)")
+
+
+@HOPPER_ONLY
+@pytest.mark.parametrize("tokens,dim,hidden", [(4, 128, 128), (260, 208, 384), (1000, 768, 3072),
+                                               (16384, 768, 3072)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_hopper_backward_is_the_triton_kernels(tokens, dim, hidden, dtype, poison_empty):
+    """The warp-specialized FP8 backward: bit for bit the Triton kernel's d_pre, e4m3 copy and scales (K-slices of
+    128 on both), and close to the fp64 product; odd token counts (a partial last tile), a K (208) that is not a
+    whole slice, rows of sizes spanning 2^±6 and a zero row. Its outputs start as NaN (poison_empty)."""
+    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE).float())
+    grad = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
+    grad[tokens // 2] = 0
+    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
+    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
+    post[:, :FP8_BLOCK // 2] = 0
+    assert hopper_backward_applies(g8, hidden, fp8_out=True)
+    got = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale, out_dtype=dtype)
+    want = matmul_relu_square_triton(g8, w8, post=post, config=MLPConfig(128, 128, 128, 2, 8), scale=w_scale,
+                                     row_scale=g_scale, out_dtype=dtype, fp8_out=True)
+    for name, a, b in zip(("d_pre", "e4m3 copy", "scales"), got, want):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name} differs from the Triton kernel's"
+    expected = (g8.double() * g_scale.double()[:, None]) @ (w8.double() * w_scale.double()).T * 2 * post.double().sqrt()
+    assert_close(got[0], expected, 1e-2 * expected.abs().amax(1, keepdim=True).cpu(), 1e-2, "d_pre")
+    check_fp8_out(*got, dtype)
+
+
+@HOPPER_ONLY
+def test_hopper_backward_nan_stays_in_its_row(poison_empty):
+    """A NaN in one gradient row makes that row of d_pre NaN and no other."""
+    grad = torch.randn(260, 256, device=DEVICE).to(torch.bfloat16)
+    grad[7, 5] = float("nan")
+    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(384, 256, device=DEVICE) / 11).bfloat16())
+    post = torch.rand(260, 384, device=DEVICE).bfloat16()
+    d_pre, _, _ = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale)
+    assert d_pre[7].isnan().all() and not d_pre[torch.arange(260, device=DEVICE) != 7].isnan().any()
+
+
+def test_hopper_backward_is_chosen_only_where_it_runs():
+    """The warp-specialized backward only for e4m3 CUDA operands on sm_90 with Triton 3.6, the e4m3 copy asked for and
+    N in whole tiles; everything else keeps the Triton kernel."""
+    cpu8 = torch.zeros(4, 128, dtype=E4M3)
+    assert not hopper_backward_applies(cpu8, 128, fp8_out=True)
+    if HAS_CUDA:
+        g8 = cpu8.to(DEVICE)
+        assert not hopper_backward_applies(g8, 128, fp8_out=False)
+        assert not hopper_backward_applies(g8, 192, fp8_out=True)
+        assert not hopper_backward_applies(g8.to(torch.bfloat16), 128, fp8_out=True)

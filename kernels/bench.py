@@ -357,9 +357,10 @@ def bench_relu_square(peaks: Peaks):
                                                                           row_scale=g_scale, fp8_out=True)),
                                 time_ms(lambda: matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)),
                                 flops, "TFLOP/s", peaks.matmul_tflop_s))
-        if hopper_backward_applies(g8, MLP_HIDDEN, fp8_out=True):
+        if hopper_backward_applies(g8, MLP_HIDDEN, True, torch.bfloat16):
             rows.append(compare_row("  warp-specialized, Hopper (torch: the Triton kernel above)", shape,
-                                    time_ms(lambda: relu_square_backward_hopper(g8, w_out8, post, w_out_scale, g_scale)),
+                                    time_ms(lambda: relu_square_backward_hopper(g8, w_out8, post, w_out_scale,
+                                                                                g_scale)),
                                     time_ms(lambda: matmul_relu_square_triton(g8, w_out8, post=post, scale=w_out_scale,
                                                                               row_scale=g_scale, fp8_out=True)),
                                     flops, "TFLOP/s", peaks.matmul_tflop_s))

@@ -286,11 +286,11 @@ def _relu_square_backward_hopper_kernel(a_desc, b_desc, post_desc, out_desc, out
     ], [4, 1], [232, 40])  # registers per thread: the warpgroups hold a 128 x 128 fp32 tile each, the loader little
 
 
-def hopper_backward_applies(a: torch.Tensor, N: int, fp8_out: bool) -> bool:
+def hopper_backward_applies(a: torch.Tensor, N: int, fp8_out: bool, out_dtype: torch.dtype) -> bool:
     """Whether the FP8 backward runs the warp-specialized kernel: an sm_90 GPU, Triton 3.6, e4m3 operands with the
-    e4m3 copy asked for, N in whole tiles."""
+    e4m3 copy asked for, N in whole tiles, a 16-bit output."""
     return (a.is_cuda and device_key(a.device) == SM90 and triton.__version__.startswith(HOPPER_TRITON)
-            and a.dtype == E4M3 and fp8_out and N % HOPPER_TILE == 0)
+            and a.dtype == E4M3 and fp8_out and N % HOPPER_TILE == 0 and out_dtype in (torch.bfloat16, torch.float16))
 
 
 def relu_square_backward_hopper(a: torch.Tensor, b: torch.Tensor, post: torch.Tensor, scale: torch.Tensor,
@@ -304,12 +304,11 @@ def relu_square_backward_hopper(a: torch.Tensor, b: torch.Tensor, post: torch.Te
         "post must be the forward's contiguous (M, N) output, M a multiple of 4 (cuBLASLt reads the scales)"
     assert row_scale.shape == (M,) and row_scale.dtype == scale.dtype == torch.float32, "fp32 scale and (M,) row scales"
     tile = HOPPER_TILE
-    layout = {dtype: gl.NVMMASharedLayout.get_default_for([tile, tile], dtype) for dtype in (gl.float8e4nv, gl.bfloat16)}
     out = torch.empty(M, N, dtype=out_dtype, device=a.device)
     out8 = torch.empty(M, N, dtype=E4M3, device=a.device)
     out8_scale = torch.empty(N // FP8_BLOCK, M, device=a.device)
-    descs = [GluonDescriptor.from_tensor(t, [tile, tile], layout[gl.bfloat16 if t.dtype == out_dtype else gl.float8e4nv])
-             for t in (a, b, post, out, out8)]
+    descs = [GluonDescriptor.from_tensor(t, [tile, tile], gl.NVMMASharedLayout.get_default_for(
+        [tile, tile], gl.float8e4nv if t.dtype == E4M3 else gl.bfloat16)) for t in (a, b, post, out, out8)]
     programs = min(sm_count(a.device), triton.cdiv(M, tile) * triton.cdiv(N, tile))
     # maxnreg: 12 warps (the loader's rounded up to a warpgroup) share the 64K registers of an SM
     _relu_square_backward_hopper_kernel[(programs,)](*descs, scale, row_scale, out8_scale, M, N, K,
@@ -397,7 +396,7 @@ def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch
     fp8_out = w_in_blocks is not None
     if grad8 is None:  # (T, H): (grad w_outᵀ) · 2 relu(pre)
         d_pre = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=fp8_out)
-    elif hopper_backward_applies(grad8, w_out8.size(0), fp8_out):
+    elif hopper_backward_applies(grad8, w_out8.size(0), fp8_out, grad.dtype):
         d_pre = relu_square_backward_hopper(grad8, w_out8, post, w_out_scale, grad_scale, out_dtype=grad.dtype)
     else:
         d_pre = matmul_relu_square_triton(grad8, w_out8, post=post, scale=w_out_scale, row_scale=grad_scale,

@@ -297,7 +297,7 @@ def test_hopper_backward_is_the_triton_kernels(tokens, dim, hidden, dtype, poiso
     (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
     post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
     post[:, :FP8_BLOCK // 2] = 0
-    assert hopper_backward_applies(g8, hidden, fp8_out=True)
+    assert hopper_backward_applies(g8, hidden, True, dtype)
     got = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale, out_dtype=dtype)
     want = matmul_relu_square_triton(g8, w8, post=post, config=MLPConfig(128, 128, 128, 2, 8), scale=w_scale,
                                      row_scale=g_scale, out_dtype=dtype, fp8_out=True)
@@ -320,12 +320,13 @@ def test_hopper_backward_nan_stays_in_its_row(poison_empty):
 
 
 def test_hopper_backward_is_chosen_only_where_it_runs():
-    """The warp-specialized backward only for e4m3 CUDA operands on sm_90 with Triton 3.6, the e4m3 copy asked for and
-    N in whole tiles; everything else keeps the Triton kernel."""
+    """The warp-specialized backward only for e4m3 CUDA operands on sm_90 with Triton 3.6, the e4m3 copy asked for, N
+    in whole tiles and a 16-bit output; everything else keeps the Triton kernel."""
     cpu8 = torch.zeros(4, 128, dtype=E4M3)
-    assert not hopper_backward_applies(cpu8, 128, fp8_out=True)
+    assert not hopper_backward_applies(cpu8, 128, True, torch.bfloat16)
     if HAS_CUDA:
         g8 = cpu8.to(DEVICE)
-        assert not hopper_backward_applies(g8, 128, fp8_out=False)
-        assert not hopper_backward_applies(g8, 192, fp8_out=True)
-        assert not hopper_backward_applies(g8.to(torch.bfloat16), 128, fp8_out=True)
+        assert not hopper_backward_applies(g8, 128, False, torch.bfloat16)
+        assert not hopper_backward_applies(g8, 192, True, torch.bfloat16)
+        assert not hopper_backward_applies(g8, 128, True, torch.float32)
+        assert not hopper_backward_applies(g8.to(torch.bfloat16), 128, True, torch.bfloat16)

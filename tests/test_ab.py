@@ -65,8 +65,8 @@ def test_alternates_stops_cold_starts_and_tabulates_medians(tmp_path, capsys, mo
     assert ab.main(["--a", str(a), "--b", str(b), "--out", str(out), "--cold", "2", "--seeds", "0,2",
                     "--", "--data", "x"]) == 0
     order = {"1_A_cold": "1_A_cold", "2_B_cold": "2_B_cold", "3_B_cold": "3_B_cold", "4_A_cold": "4_A_cold",
-             "5_A_seed0": "4_A_cold", "6_B_seed0": "3_B_cold", "7_B_seed2": "3_B_cold", "8_A_seed2": "4_A_cold"}
-    for name, caches in order.items():  # its side's last cold caches, one bytecode cache, the flags after --
+             "5_A_seed0": "1_A_cold", "6_B_seed0": "2_B_cold", "7_B_seed2": "3_B_cold", "8_A_seed2": "4_A_cold"}
+    for name, caches in order.items():  # its side's k-th cold caches, one bytecode cache, the flags after --
         text = (out / f"{name}.txt").read_text()
         assert f"env: {caches} {out / 'pycache'} - {out / 'caches' / caches / 'triton'} x" in text, (name, text)
         assert ("stopped by SIGTERM" in text) == name.endswith("_cold"), name

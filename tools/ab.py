@@ -7,9 +7,12 @@ A's with their 95% intervals.
 
 TRAIN_GPT_FLAGS: the run's settings (data, steps: e.g. tools/enwiki-124.sh's flags); the tool adds --seed,
 --log_dir and --run_id. Order on the machine: cold starts in pairs A B, B A, A B, ... (each stopped once its log says
-`startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, in pairs continuing that alternation, each side
-reusing its last cold start's caches (warm: their start-up is not a cold start). The first runs on a machine start
-slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
+`startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, in pairs continuing that alternation, a side's
+k-th full run reusing the caches of its k-th cold start, cycling (warm: their start-up is not a cold start). A compile
+picks some kernels' launch configs by timing them, and two compiles of the same code can pick differently (~1% of a
+step, records/kernels/2026-11-29_relu-square-backward-warp-specialized): runs spread over several compiles put that
+in the spread the intervals see, where runs of one compile would all share its picks. The first runs on a machine
+start slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
 OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
 clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table
 (OUT_DIR/ab.md) stay in OUT_DIR, which must be new or empty.
@@ -68,8 +71,10 @@ def plan(cold: int, seeds: list[int], caches: Path) -> list[Run]:
             if seed is None:
                 runs.append(Run(f"{n}_{side}_cold", side, True, 0, caches / f"{n}_{side}_cold", True))
                 continue
-            own = [r.caches for r in runs if r.side == side]
-            runs.append(Run(f"{n}_{side}_seed{seed}", side, False, seed, own[-1] if own else caches / side, not own))
+            colds = [r.caches for r in runs if r.side == side and r.cold]
+            k = sum(r.side == side and not r.cold for r in runs)  # this side's full runs so far
+            own = colds[k % len(colds)] if colds else caches / side
+            runs.append(Run(f"{n}_{side}_seed{seed}", side, False, seed, own, not colds and k == 0))
     return runs
 
 

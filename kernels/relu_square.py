@@ -154,8 +154,8 @@ def mlp_config(device: torch.device, direction: str, N: int, K: int) -> MLPConfi
 # post ahead of its epilogue) and two warpgroups take the CTA's tiles in turn, so that one's epilogue runs while the
 # other's matmul does. Their mainloops alternate (the turn barriers): both wait on the ring's barriers by phase
 # parity, which tells phases apart only for a waiter at most one lap ahead. The sums are the Triton kernel's, in
-# its order: the outputs are bit-identical (tests/test_relu_square.py). 0.84x its time at 16,384 and 49,152 tokens
-# on an H200 (records/kernels/2026-11-29_relu-square-backward-warp-specialized).
+# its order: the outputs are bit-identical (tests/test_relu_square.py). Timings, alone and in training:
+# records/kernels/2026-11-29_relu-square-backward-warp-specialized.
 # Gluon's API changes between Triton releases: this is written for Triton 3.6; other versions use the Triton kernel.
 
 HOPPER_TILE = 128  # rows, columns and K-slice of a tile: one e4m3 scale block wide

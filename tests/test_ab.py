@@ -113,6 +113,16 @@ def test_without_cold_starts_the_first_full_runs_have_empty_caches(tmp_path, cap
     assert "cold start B-A: no cold starts" in report and "| cold start B/A |" not in report
 
 
+def test_full_runs_spread_over_their_sides_cold_starts():
+    """A side's k-th full run reuses its k-th cold start's caches, cycling when there are more seeds than cold
+    starts: each compile's timed launch configs reach the runs' spread."""
+    runs = ab.plan(2, [0, 1, 2], Path("c"))
+    full = {r.name: r.caches.name for r in runs if not r.cold}
+    assert full == {"5_A_seed0": "1_A_cold", "6_B_seed0": "2_B_cold", "7_B_seed1": "3_B_cold",
+                    "8_A_seed1": "4_A_cold", "9_A_seed2": "1_A_cold", "10_B_seed2": "2_B_cold"}
+    assert not any(r.empty_caches for r in runs if not r.cold)
+
+
 def test_dry_run_prints_the_order_and_runs_nothing(tmp_path, capsys):
     a, b, out = checkout(tmp_path / "a"), checkout(tmp_path / "b"), tmp_path / "out"
     assert ab.main(["--a", str(a), "--b", str(b), "--out", str(out), "--cold", "1", "--seeds", "3", "--nproc", "2",

@@ -90,6 +90,11 @@ def mean_step_bytes(stage_ledger: dict, counts: dict[str, int], reference: bool)
     return sum(n * step_bytes(stage_ledger[k], reference) for k, n in counts.items()) / sum(counts.values())
 
 
+def stage_bytes(ledger: dict, stage: int, reference: bool) -> float:
+    """mean_step_bytes of stage (0-2) over its steps' kinds."""
+    return mean_step_bytes(ledger[f"stage {stage + 1}"], kind_counts(*STAGE_BOUNDS[stage:stage + 2]), reference)
+
+
 def comm_ms(nbytes: float, bus_gbps: float) -> float:
     """Wire time of nbytes at bus bandwidth bus_gbps (GB/s = 1e9 B/s), in ms."""
     return nbytes / bus_gbps / 1e6
@@ -121,7 +126,7 @@ def project(ledger: dict, project_1gpu, project_emulated8, ref_opt1_ms: float, r
     for s in range(3):
         counts = kind_counts(STAGE_BOUNDS[s], STAGE_BOUNDS[s + 1])
         st = ledger[f"stage {s + 1}"]
-        ours, ref = mean_step_bytes(st, counts, False), mean_step_bytes(st, counts, True)
+        ours, ref = stage_bytes(ledger, s, False), stage_bytes(ledger, s, True)
         compute, ref_comm = ref_compute_ms(REF_1GPU_MS[s], ref_opt1_ms, ref_opt8_ms), comm_ms(ref, bus_gbps)
         stages.append(dict(
             counts=counts, bytes_per_step=dict(project=ours, reference=ref),
@@ -155,7 +160,7 @@ def check_world(ledger: dict, alpha: float, emulated, measured, bus_gbps: float)
     (ledger: comm_ledger.ledgers(world)), against the measured ms/step; missed: what the prediction fell short by."""
     stages = []
     for s in range(3):
-        comm = comm_ms(mean_step_bytes(ledger[f"stage {s + 1}"], kind_counts(*STAGE_BOUNDS[s:s + 2]), False), bus_gbps)
+        comm = comm_ms(stage_bytes(ledger, s, False), bus_gbps)
         predicted = predict_ms(emulated[s], alpha, comm)
         stages.append(dict(emulated_ms=emulated[s], comm_ms=comm, predicted_ms=predicted, measured_ms=measured[s],
                            missed_ms=measured[s] - predicted))

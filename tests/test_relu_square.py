@@ -211,6 +211,23 @@ def test_backward_fp8_out(tokens, hidden, dtype, block_n, poison_empty):
     check_fp8_out(d_pre, d_pre8, d_scale, dtype)
 
 
+def fp8_backward_inputs(tokens: int, dim: int, hidden: int, dtype: torch.dtype):
+    """The FP8 backward's operands as training makes them: e4m3 grad rows of sizes spanning 2^±6 (one zero row), each
+    over its own scale, e4m3 w_out over one scale, and post with a zero block of columns."""
+    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE).float())
+    grad = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
+    grad[tokens // 2] = 0
+    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
+    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
+    post[:, :FP8_BLOCK // 2] = 0
+    return g8, g_scale, w8, w_scale, post
+
+
+def fp8_backward_expected(g8, g_scale, w8, w_scale, post):
+    """d_pre in fp64: the scaled e4m3 copies' product times 2·sqrt(post)."""
+    return (g8.double() * g_scale.double()[:, None]) @ (w8.double() * w_scale.double()).T * 2 * post.double().sqrt()
+
+
 @pytest.mark.parametrize("tokens,hidden", FP8_OUT_SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
 @pytest.mark.parametrize("block_n", [128, 256])
@@ -218,17 +235,10 @@ def test_backward_fp8_operands(tokens, hidden, dtype, block_n, poison_empty):
     """d_pre from e4m3 grad rows (each over its own scale) and e4m3 w_out (one scale): the fp64 product of those
     copies times the scales, times 2·sqrt(post); its e4m3 copy as in the bf16 backward. Rows of sizes spanning 2^±6
     and a zero row, as gradients have."""
-    dim = 256
-    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE).float())
-    grad = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
-    grad[tokens // 2] = 0
-    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
-    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
-    post[:, :FP8_BLOCK // 2] = 0
+    g8, g_scale, w8, w_scale, post = fp8_backward_inputs(tokens, 256, hidden, dtype)
     d_pre, d_pre8, d_scale = matmul_relu_square_triton(g8, w8, post=post, config=out8_config(hidden, block_n),
                                                        scale=w_scale, row_scale=g_scale, out_dtype=dtype, fp8_out=True)
-    expected = (g8.double() * g_scale.double()[:, None]) @ (w8.double() * w_scale.double()).T
-    expected = expected * 2 * post.double().sqrt()
+    expected = fp8_backward_expected(g8, g_scale, w8, w_scale, post)
     # fp32 accumulation of exact e4m3 products, one rounding to dtype; per row, as the rows' sizes differ
     assert_close(d_pre, expected, 1e-2 * expected.abs().amax(1, keepdim=True).cpu(), 1e-2, "d_pre")
     check_fp8_out(d_pre, d_pre8, d_scale, dtype)
@@ -291,19 +301,14 @@ def test_hopper_backward_is_the_triton_kernels(tokens, dim, hidden, dtype, poiso
     """The warp-specialized FP8 backward: bit for bit the Triton kernel's d_pre, e4m3 copy and scales (K-slices of
     128 on both), and close to the fp64 product; odd token counts (a partial last tile), a K (208) that is not a
     whole slice, rows of sizes spanning 2^±6 and a zero row. Its outputs start as NaN (poison_empty)."""
-    sizes = torch.exp2(torch.randint(-6, 6, (tokens, 1), device=DEVICE).float())
-    grad = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
-    grad[tokens // 2] = 0
-    (g8, g_scale), (w8, w_scale) = fp8_rows(grad), fp8_tensor((torch.randn(hidden, dim, device=DEVICE) / 11).to(dtype))
-    post = torch.rand(tokens, hidden, device=DEVICE).square().to(dtype)
-    post[:, :FP8_BLOCK // 2] = 0
+    g8, g_scale, w8, w_scale, post = fp8_backward_inputs(tokens, dim, hidden, dtype)
     assert hopper_backward_applies(g8, hidden, True, dtype)
     got = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale, out_dtype=dtype)
     want = matmul_relu_square_triton(g8, w8, post=post, config=MLPConfig(128, 128, 128, 2, 8), scale=w_scale,
                                      row_scale=g_scale, out_dtype=dtype, fp8_out=True)
     for name, a, b in zip(("d_pre", "e4m3 copy", "scales"), got, want):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name} differs from the Triton kernel's"
-    expected = (g8.double() * g_scale.double()[:, None]) @ (w8.double() * w_scale.double()).T * 2 * post.double().sqrt()
+    expected = fp8_backward_expected(g8, g_scale, w8, w_scale, post)
     assert_close(got[0], expected, 1e-2 * expected.abs().amax(1, keepdim=True).cpu(), 1e-2, "d_pre")
     check_fp8_out(*got, dtype)
 

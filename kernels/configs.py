@@ -10,6 +10,7 @@ import inspect
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
+from torch._inductor.codegen.triton import FixedTritonConfig
 from torch._inductor.virtualized import V
 
 # Tables are keyed by CUDA compute capability: they were tuned on H100s, and the H200 is the same sm_90 chip
@@ -38,8 +39,16 @@ class PersistentRowReductions(InductorChoices):
     (re-reading it, with fp32 intermediates in memory) when a fused pointwise part reads out of order, as the rotary's
     channel pairs did in the QK norm's kernels (128-element rows), and skips it for other reduction kinds over ranges
     of sizes. Installed by train_gpt.configure_torch; measured on this model's graph only
-    (records/enwiki-124/2026-11-27_persistent-row-reductions)."""
+    (records/enwiki-124/2026-11-27_persistent-row-reductions).
+
+    Rows shorter than 256 (the QK norm's 128, the FP8 copies' 128-element blocks) also launch with one fixed config,
+    Inductor's middle candidate, where Inductor would time 1, 8 and 32 rows a program at the kernel's first launch:
+    that timing is host-bound (the launch and the copies of in-place arguments take longer than these kernels), so
+    each compile picked by chance, and the QK norm's forward ran 1.3-1.7x slower with 1 row a program
+    (records/enwiki-124/2026-11-29_fixed-short-row-configs)."""
     MAX_ROW = 1024  # Inductor's own limit for in-order rows
+    SHORT_ROW = 256  # below this Inductor times several rows-a-program candidates; from it on it picks one itself
+    SHORT_ROW_CONFIG = dict(XBLOCK=8, num_warps=2, num_stages=1)
 
     def uuid(self) -> str:
         """Inductor's cache key for these choices (torch >= 2.13 asks for it): this class's source, else its name.
@@ -56,3 +65,16 @@ class PersistentRowReductions(InductorChoices):
         return (inductor_config.triton.persistent_reductions and not cooperative_reduction
                 and V.graph.sizevars.statically_known_leq(features.reduction_numel,
                                                                PersistentRowReductions.MAX_ROW))
+
+    def triton_kernel_kwargs(self, kernel_cls, features, groups, kernel_kwargs: dict) -> dict:
+        """SHORT_ROW_CONFIG for a persistent reduction over constant rows shorter than SHORT_ROW (x and r0_ tiling),
+        unless it has a constant number of rows too small for it (then Inductor has one candidate itself)."""
+        tiling, rows = groups[0], features.reduction_numel
+        if not (rows.is_number and 1 < rows < self.SHORT_ROW and set(tiling) == {"x", "r0_"}):
+            return kernel_kwargs
+        if tiling["x"].is_number and tiling["x"] < self.SHORT_ROW_CONFIG["XBLOCK"]:
+            return kernel_kwargs
+        if not kernel_kwargs.get("override_persistent_reduction",
+                                 self.should_use_persistent_reduction(features, cooperative_reduction=False)):
+            return kernel_kwargs
+        return {**kernel_kwargs, "fixed_config": FixedTritonConfig(dict(self.SHORT_ROW_CONFIG))}

@@ -25,6 +25,9 @@ SYMBOLIC_MODULO = re.compile(r"tl\.(load|store)\(.*%\s*\(?\s*(\d+\s*\*\s*)?ks\d+
 # a looped reduction kernel (re-reading its rows) over rows of a constant length (kernels/configs.py); a constant
 # xnumel may come first
 LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n(?:[ \t]+xnumel = \d+\n)?[ \t]+r0_numel = (\d+)\n")
+# a one-pass reduction whose launch config Inductor times among candidates at its first launch, with its size hints
+TIMED_ROW = re.compile(r"@triton_heuristics\.persistent_reduction\(\s*size_hints=\{'x': (\d+), 'r0_': (\d+)\}.*?\n"
+                       r"def (triton_\w+)\(", re.S)
 
 
 def generated_code(tokens: int = 128) -> list[str]:
@@ -64,7 +67,10 @@ def summarize(codes: list[str]) -> dict:
     return dict(modules=len(codes), kernels=sum(line.startswith("def triton_") for line in lines),
                 symbolic_modulo=[line for line in lines if SYMBOLIC_MODULO.search(line)],
                 looped_short_rows=[m.group(1) for code in codes for m in LOOPED_SHORT_ROW.finditer(code)
-                                   if int(m.group(2)) <= PersistentRowReductions.MAX_ROW])
+                                   if int(m.group(2)) <= PersistentRowReductions.MAX_ROW],
+                timed_short_rows=[m.group(3) for code in codes for m in TIMED_ROW.finditer(code)
+                                  if int(m.group(2)) < PersistentRowReductions.SHORT_ROW
+                                  and int(m.group(1)) >= PersistentRowReductions.SHORT_ROW_CONFIG["XBLOCK"]])
 
 
 def main():

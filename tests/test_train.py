@@ -450,7 +450,8 @@ def test_rotary_puts_each_head_at_its_position(monkeypatch, fill_rows):
 def test_compiled_graph_has_no_index_math_modulo_the_token_count():
     """The training graph at GPU settings, compiled with a symbolic token count: no Triton load or store indexes
     modulo it. Such index math came with copy kernels and 3x slower kernels on an H100 (tests/inductor_codegen.py).
-    And no reduction over short rows loops (kernels/configs.PersistentRowReductions)."""
+    And no reduction over short rows loops, nor has its launch config timed at its first launch (a pick by chance:
+    kernels/configs.PersistentRowReductions)."""
     out = subprocess.run([sys.executable, "-m", "tests.inductor_codegen"], cwd=REPO, capture_output=True, text=True,
                          timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -459,6 +460,8 @@ def test_compiled_graph_has_no_index_math_modulo_the_token_count():
     assert not summary["symbolic_modulo"], "index math modulo the token count:\n" + "\n".join(summary["symbolic_modulo"])
     assert not summary["looped_short_rows"], ("looped reductions over rows of at most 1024 elements (one pass each "
                                               "is faster):\n" + "\n".join(summary["looped_short_rows"]))
+    assert not summary["timed_short_rows"], ("one-pass reductions over rows shorter than 256 elements whose launch config "
+                                             "Inductor times:\n" + "\n".join(summary["timed_short_rows"]))
 
 
 def test_lookup_gradients_sum_in_fp32_over_micro_batches():

@@ -10,8 +10,8 @@ TRAIN_GPT_FLAGS: the run's settings (data, steps: e.g. tools/enwiki-124.sh's fla
 `startup:`, caches in OUT_DIR/caches/<run>), then full runs by seed, in pairs continuing that alternation, a side's
 k-th full run reusing the caches of its k-th cold start, cycling (warm: their start-up is not a cold start). A compile
 picks some kernels' launch configs by timing them, and two compiles of the same code can pick differently (~1% of a
-step, records/kernels/2026-11-29_relu-square-backward-warp-specialized): runs spread over several compiles put that
-in the spread the intervals see, where runs of one compile would all share its picks. The first runs on a machine
+step before records/enwiki-124/2026-11-29_fixed-short-row-configs, less since): runs spread over several compiles put
+that in the spread the intervals see, where runs of one compile would all share its picks. The first runs on a machine
 start slower whatever the code: alternate, and compare medians. Every run writes Python bytecode to one
 OUT_DIR/pycache, filled first by importing torch's compiler, so that no run compiles torch's Python source on its
 clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBYTECODE). Logs, caches and the table

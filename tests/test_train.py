@@ -1055,6 +1055,8 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "GPU busy 0.6 ms/step, idle inside the window 0.0 ms/step: 0.0 between back-to-back kernels (0 gaps" in out
     assert "cuBLAS matmul" in out and "inductor" in out and "_transpose_kernel" in out
+    # an Inductor kernel fused with attention's backward is Inductor's work, not the attention kernel's
+    assert trace_summary.family("triton_per_fused__flash_attn_backward_mul_sum_5") == trace_summary.family(kernels[0][0])
     # all-gather 80-120 under the add until 100; reduce-scatter 320-520 under the matmul until 350 and the transpose's
     # 400-500
     assert re.search(r"0\.20 +0\.13 +0\.07  ncclDevKernel_ReduceScatter\n +0\.04 +0\.02 +0\.02  ncclDevKernel_AllGather_RING_LL"

@@ -30,10 +30,10 @@ def family(name: str) -> str:
     low = name.lower()
     if "nccl" in low:
         return "nccl"
+    if low.startswith("triton_"):  # before "flash": Inductor names a kernel after the ops fused into it
+        return "inductor (compiled elementwise/norm/reduction)"
     if "flash" in low or "fmha" in low:
         return "flash attention"
-    if low.startswith("triton_"):
-        return "inductor (compiled elementwise/norm/reduction)"
     if any(s in low for s in ("gemm", "nvjet", "xmma", "cutlass", "cublas")):
         return "cuBLAS matmul"
     return name.split("<")[0][:60]  # our Triton kernels and ATen kernels by name

@@ -43,8 +43,8 @@ class PersistentRowReductions(InductorChoices):
 
     Rows shorter than 256 (the QK norm's 128, the FP8 copies' 128-element blocks) also launch with one fixed config,
     Inductor's middle candidate, where Inductor would time 1, 8 and 32 rows a program at the kernel's first launch:
-    that timing is host-bound (the launch and the copies of in-place arguments take longer than these kernels), so
-    each compile picked by chance, and the QK norm's forward ran 1.3-1.7x slower with 1 row a program
+    for the QK norm's forward (two arguments written in place) those timings were 2-4x the kernel's own time and
+    within noise of each other, so each compile picked by chance, and 1 row a program ran it ~1.5x slower
     (records/enwiki-124/2026-11-29_fixed-short-row-configs)."""
     MAX_ROW = 1024  # Inductor's own limit for in-order rows
     SHORT_ROW = 256  # below this Inductor times several rows-a-program candidates; from it on it picks one itself

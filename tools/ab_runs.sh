@@ -13,7 +13,7 @@
 #       one proxy run (tools/enwiki-124.sh) on the GPUs LIST (default 0): log OUT/logs/RUN_ID.txt, console
 #       OUT/logs/RUN_ID.console. Compile caches in DIR (default /tmp/caches/RUN_ID): runs that name one DIR share
 #       it, the first starting cold, e.g. /tmp/c_fp8 for the default numerics, /tmp/c_exact for --fp8_body False;
-#       they also share that compile's timed picks of launch configs (records/enwiki-124/, fixed-short-row-configs).
+#       they also share that compile's timed picks of launch configs (the fixed-short-row-configs record).
 #       A --profile_steps trace is left as OUT/logs/RUN_ID_trace.json.xz.
 #   cold RUN_ID SEED [--gpus LIST] [--cache DIR] [--limit S | --by S] [-- TRAIN_GPT_FLAGS...]
 #       a cold start: as project, from a cache DIR that must be new or empty, stopped (SIGTERM) once its log

@@ -243,7 +243,7 @@ def torch_settings():
     # Inductor's occupancy retry compiles smaller reduction variants in this process: ~5 s of a cold start, no faster
     # step (records/enwiki-124/2026-11-26_cold-start).
     # Rows of at most 1024 elements reduce in one pass, also where a fused part reads them out of order (the rotary's
-    # pairs; 1.2% off a step), rows under 256 with one launch config, not a timed draw (kernels/configs.py).
+    # pairs; 1.2% off a step), rows under 256 with fixed launch configs, not a timed draw (kernels/configs.py).
     inductor = dict(dynamic_scale_rblock=False, inductor_choices_class=PersistentRowReductions)
     # FA3's attention is a torch.autograd.Function, which AOTAutograd's cache refuses by default: every warm start
     # retraced the model (records/enwiki-124/2026-11-26_vs-reference-aot-cache).

@@ -29,6 +29,7 @@ from harness.cli import UserError
 from harness.report import compile_time_breakdown
 from harness.settings import parse_args
 from kernels.attention import ATTENTION_CHOICES, select_attention
+from kernels.configs import PersistentRowReductions
 from tests.utils import (REPO, TINY, TINY_FLAGS, assert_close, batch_for, config_changes, cpu_runtime, cpu_trainer,
                          doc_stream, one_error_line, random_gradients, run_script, settings, shard_index, tiny_model,
                          torch_configs, val_losses)
@@ -462,6 +463,11 @@ def test_compiled_graph_has_no_index_math_modulo_the_token_count():
                                               "is faster):\n" + "\n".join(summary["looped_short_rows"]))
     assert not summary["timed_short_rows"], ("one-pass reductions over rows shorter than 256 elements whose launch config "
                                              "Inductor times:\n" + "\n".join(summary["timed_short_rows"]))
+    # the QK norm's kernels read the rotary's swapped pairs (flip); the attention gates' read their rows in order
+    rows = {name: ("flip" in name, xblock) for name, xblock in summary["fixed_rows"].items()}
+    expected = {(True, PersistentRowReductions.OUT_OF_ORDER_ROW_CONFIG["XBLOCK"]),
+                (False, PersistentRowReductions.SHORT_ROW_CONFIG["XBLOCK"])}
+    assert set(rows.values()) == expected, f"short-row kernels (rotary pairs, rows a program): {rows}"
 
 
 def test_lookup_gradients_sum_in_fp32_over_micro_batches():

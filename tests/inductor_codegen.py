@@ -29,7 +29,8 @@ LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n(?:[ \t]+xnumel = \d+\
 TIMED_ROW = re.compile(r"@triton_heuristics\.persistent_reduction\(\s*size_hints=\{'x': (\d+), 'r0_': (\d+)\}.*?\n"
                        r"def (triton_\w+)\(", re.S)
 # a kernel launched with a fixed config, with its rows a program
-FIXED_CONFIG = re.compile(r"@triton_heuristics\.fixed_config\(\s*config=\{'XBLOCK': (\d+),.*?\ndef (triton_\w+)\(", re.S)
+FIXED_CONFIG = re.compile(r"@triton_heuristics\.fixed_config\(\s*config=\{'XBLOCK': (\d+),.*?\n"
+                          r"def (triton_\w+)\(", re.S)
 
 
 def generated_code(tokens: int = 128) -> list[str]:

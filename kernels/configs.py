@@ -7,6 +7,7 @@ For the kernels Inductor writes, PersistentRowReductions changes one of Inductor
 import hashlib
 import inspect
 
+import sympy
 import torch
 from torch._inductor import config as inductor_config
 from torch._inductor.choices import InductorChoices
@@ -76,7 +77,7 @@ class PersistentRowReductions(InductorChoices):
     def reads_rows_out_of_order(features) -> bool:
         """Whether a fused part reads a row's elements out of order: the row's index inside a floor division or a
         modulo, as in the rotary's swapped pairs (Inductor's own contiguity test passes those reads)."""
-        return any(isinstance(dep, MemoryDep) and dep.var_names
+        return any(isinstance(dep, MemoryDep) and isinstance(dep.index, sympy.Expr) and dep.var_names  # a seed: int
                    and any(dep.var_names[-1] in term.free_symbols
                            for term in dep.index.atoms(FloorDiv, ModularIndexing))
                    for node in features.scheduler_nodes() for dep in node.read_writes.reads)

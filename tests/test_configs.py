@@ -1,15 +1,18 @@
 """Which launch config each kernel family picks (kernels/configs.py), without a GPU: on a faked sm_90 device the
 tuned config for each shape the records tuned, and each family's generic fallback on other devices (other GPUs,
-the interpreter's CPU) and on other shapes.
+the interpreter's CPU) and on other shapes; and which reads Inductor's short-row reductions count as out of order.
 
     python3 -m pytest -q tests/test_configs.py
 """
 from functools import partial
 
 import pytest
+import sympy
 import torch
+from torch._inductor.dependencies import MemoryDep
+from torch.utils._sympy.functions import FloorDiv, ModularIndexing
 
-from kernels.configs import SM90, device_key, pick
+from kernels.configs import SM90, PersistentRowReductions, device_key, pick
 from kernels.relu_square import GENERIC_MLP_CONFIG, MLPConfig, mlp_config
 from kernels.softcapped_ce import CEConfig, ce_config
 from kernels.symmetric import SYRK_GENERIC, SyrkConfig, syrk_config
@@ -91,3 +94,22 @@ def test_tuned_shapes(device_with, config_for, tuned, fallback):
 @pytest.mark.parametrize("config_for, fallback", UNTUNED, ids=[case_id(case[0]) for case in UNTUNED])
 def test_other_shapes_fall_back(device_with, config_for, fallback):
     assert config_for(device_with(SM90)) == fallback
+
+
+def test_rows_read_out_of_order():
+    """Only an index that takes the row's own position (the last variable) through a floor division or a modulo
+    reads the row out of order: the rotary's swapped pairs. A modulo over the rows' positions (the paired heads'
+    tables), an in-order row and a seed's integer index do not."""
+    row, col = sympy.symbols("c0 c1", integer=True, nonnegative=True)
+
+    def reads(*indices) -> bool:
+        deps = [MemoryDep("buf", index, (row, col), (64, 128)) for index in indices]
+        node = type("Node", (), {"read_writes": type("ReadWrites", (), {"reads": deps})()})()
+        features = type("Features", (), {"scheduler_nodes": lambda _: [node]})()
+        return PersistentRowReductions.reads_rows_out_of_order(features)
+
+    swapped = 128 * row + 2 * FloorDiv(col, 2) - ModularIndexing(col, 1, 2) + 1
+    assert reads(128 * row + col, swapped)
+    assert not reads(128 * row + col)
+    assert not reads(256 * row + 128 * ModularIndexing(row, 1, 2) + col)
+    assert not reads(sympy.Integer(0), 0)

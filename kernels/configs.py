@@ -49,7 +49,7 @@ class PersistentRowReductions(InductorChoices):
     arguments written in place) those timings were 2-4x the kernel's own time and within noise of each other, so each
     compile picked by chance, and 1 row a program ran it ~1.5x slower
     (records/enwiki-124/2026-11-29_fixed-short-row-configs). Rows read out of order (the rotary's pairs) take 2 rows
-    a program and 1 warp, the rest 8 and 2: in a traced stage-3 step 2 x 1 ran the QK norm's kernels 23% faster and
+    a program and 1 warp, the rest 8 and 2: in a traced stage-3 window 2 x 1 ran the QK norm's kernels 23% faster and
     the attention gate's backward (in order) 1.67x slower
     (records/enwiki-124/2026-11-29_short-row-configs-by-read-order)."""
     MAX_ROW = 1024  # Inductor's own limit for in-order rows
@@ -75,12 +75,18 @@ class PersistentRowReductions(InductorChoices):
 
     @staticmethod
     def reads_rows_out_of_order(features) -> bool:
-        """Whether a fused part reads a row's elements out of order: the row's index inside a floor division or a
-        modulo, as in the rotary's swapped pairs (Inductor's own contiguity test passes those reads)."""
-        return any(isinstance(dep, MemoryDep) and isinstance(dep.index, sympy.Expr) and dep.var_names  # a seed: int
-                   and any(dep.var_names[-1] in term.free_symbols
-                           for term in dep.index.atoms(FloorDiv, ModularIndexing))
-                   for node in features.scheduler_nodes() for dep in node.read_writes.reads)
+        """Whether a fused part reads a row's elements out of order: a read over every element whose last variable
+        (along the rows) sits inside a floor division or a modulo, as in the rotary's swapped pairs (Inductor's own
+        contiguity test passes those reads). A read of one value per row is in order whatever its index."""
+        elements = features.numel * features.reduction_numel
+
+        def out_of_order(dep) -> bool:
+            if not (isinstance(dep, MemoryDep) and isinstance(dep.index, sympy.Expr) and dep.var_names):
+                return False  # not a buffer's, or a constant index (a seed's)
+            return (sympy.expand(sympy.Mul(*dep.size) - elements) == 0
+                    and any(dep.var_names[-1] in term.free_symbols
+                            for term in dep.index.atoms(FloorDiv, ModularIndexing)))
+        return any(out_of_order(dep) for node in features.scheduler_nodes() for dep in node.read_writes.reads)
 
     def triton_kernel_kwargs(self, kernel_cls, features, groups, kernel_kwargs: dict) -> dict:
         """A fixed config for a persistent reduction over constant rows shorter than SHORT_ROW (x and r0_ tiling),

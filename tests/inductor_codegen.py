@@ -28,8 +28,8 @@ LOOPED_SHORT_ROW = re.compile(r"def (triton_red_\w+)\(.*\n(?:[ \t]+xnumel = \d+\
 # a one-pass reduction whose launch config Inductor times among candidates at its first launch, with its size hints
 TIMED_ROW = re.compile(r"@triton_heuristics\.persistent_reduction\(\s*size_hints=\{'x': (\d+), 'r0_': (\d+)\}.*?\n"
                        r"def (triton_\w+)\(", re.S)
-# a kernel launched with a fixed config, with its rows a program
-FIXED_CONFIG = re.compile(r"@triton_heuristics\.fixed_config\(\s*config=\{'XBLOCK': (\d+),.*?\n"
+# a kernel launched with a fixed config: its rows a program and warps
+FIXED_CONFIG = re.compile(r"@triton_heuristics\.fixed_config\(\s*config=\{'XBLOCK': (\d+), 'num_warps': (\d+),.*?\n"
                           r"def (triton_\w+)\(", re.S)
 
 
@@ -74,7 +74,8 @@ def summarize(codes: list[str]) -> dict:
                 timed_short_rows=[m.group(3) for code in codes for m in TIMED_ROW.finditer(code)
                                   if int(m.group(2)) < PersistentRowReductions.SHORT_ROW
                                   and int(m.group(1)) >= PersistentRowReductions.SHORT_ROW_CONFIG["XBLOCK"]],
-                fixed_rows={m.group(2): int(m.group(1)) for code in codes for m in FIXED_CONFIG.finditer(code)})
+                fixed_configs=[(m.group(3), int(m.group(1)), int(m.group(2)))
+                               for code in codes for m in FIXED_CONFIG.finditer(code)])
 
 
 def main():

@@ -97,19 +97,26 @@ def test_other_shapes_fall_back(device_with, config_for, fallback):
 
 
 def test_rows_read_out_of_order():
-    """Only an index that takes the row's own position (the last variable) through a floor division or a modulo
-    reads the row out of order: the rotary's swapped pairs. A modulo over the rows' positions (the paired heads'
-    tables), an in-order row and a seed's integer index do not."""
-    row, col = sympy.symbols("c0 c1", integer=True, nonnegative=True)
+    """64 x 6 rows of 128: only a read over every element whose index takes its last variable (along the rows) through
+    a floor division or a modulo reads the rows out of order: the rotary's swapped pairs. A modulo over the rows'
+    positions (the paired heads' tables), an in-order row, one value per row (a head's scale) and a constant index
+    (a seed's) do not."""
+    token, head, col = sympy.symbols("c0 c1 c2", integer=True, nonnegative=True)
 
-    def reads(*indices) -> bool:
-        deps = [MemoryDep("buf", index, (row, col), (64, 128)) for index in indices]
-        node = type("Node", (), {"read_writes": type("ReadWrites", (), {"reads": deps})()})()
-        features = type("Features", (), {"scheduler_nodes": lambda _: [node]})()
+    def reads(*deps) -> bool:
+        node = type("Node", (), {"read_writes": type("ReadWrites", (), {"reads": list(deps)})()})()
+        features = type("Features", (), {"scheduler_nodes": lambda _: [node], "numel": sympy.Integer(64 * 6),
+                                         "reduction_numel": sympy.Integer(128)})()
         return PersistentRowReductions.reads_rows_out_of_order(features)
 
-    swapped = 128 * row + 2 * FloorDiv(col, 2) - ModularIndexing(col, 1, 2) + 1
-    assert reads(128 * row + col, swapped)
-    assert not reads(128 * row + col)
-    assert not reads(256 * row + 128 * ModularIndexing(row, 1, 2) + col)
-    assert not reads(sympy.Integer(0), 0)
+    def along_rows(index, size=128) -> MemoryDep:
+        return MemoryDep("buf", index, (token, head, col), (64, 6, size))
+
+    in_order = along_rows(768 * token + 128 * head + col)
+    assert reads(in_order, along_rows(768 * token + 128 * head + 2 * FloorDiv(col, 2) - ModularIndexing(col, 1, 2) + 1))
+    assert reads(MemoryDep("buf", 2304 * token + FloorDiv(col, 2), (token, col), (64, 768)))  # rows of 128 in 768
+    assert not reads(in_order)
+    assert not reads(along_rows(256 * token + 128 * ModularIndexing(3 * head, 1, 2) + col))
+    assert not reads(MemoryDep("scale", FloorDiv(token, 6), (token,), (6 * 64,)))
+    assert not reads(MemoryDep("scale", ModularIndexing(head, 1, 2), (token, head), (64, 6)))
+    assert not reads(MemoryDep("seed", sympy.Integer(0), (), ()))

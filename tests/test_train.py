@@ -464,10 +464,11 @@ def test_compiled_graph_has_no_index_math_modulo_the_token_count():
     assert not summary["timed_short_rows"], ("one-pass reductions over rows shorter than 256 elements whose launch config "
                                              "Inductor times:\n" + "\n".join(summary["timed_short_rows"]))
     # the QK norm's kernels read the rotary's swapped pairs (flip); the attention gates' read their rows in order
-    rows = {name: ("flip" in name, xblock) for name, xblock in summary["fixed_rows"].items()}
-    expected = {(True, PersistentRowReductions.OUT_OF_ORDER_ROW_CONFIG["XBLOCK"]),
-                (False, PersistentRowReductions.SHORT_ROW_CONFIG["XBLOCK"])}
-    assert set(rows.values()) == expected, f"short-row kernels (rotary pairs, rows a program): {rows}"
+    launch = lambda config: (config["XBLOCK"], config["num_warps"])  # noqa: E731
+    expected = {True: launch(PersistentRowReductions.OUT_OF_ORDER_ROW_CONFIG),
+                False: launch(PersistentRowReductions.SHORT_ROW_CONFIG)}
+    wrong = [kernel for kernel in summary["fixed_configs"] if tuple(kernel[1:]) != expected["flip" in kernel[0]]]
+    assert summary["fixed_configs"] and not wrong, f"short-row kernels launched as the other read order's: {wrong}"
 
 
 def test_lookup_gradients_sum_in_fp32_over_micro_batches():

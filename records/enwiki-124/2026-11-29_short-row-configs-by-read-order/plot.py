@@ -1,5 +1,6 @@
 """The picture of this record: qkcfg.txt's kernel times by launch config, and the traced stage-3 kernels at the two
-configs (F2 from the fixed-short-row-configs record, Q2 here). python3 plot.py -> short_rows.png"""
+configs and under the rule by read order (F2 from the fixed-short-row-configs record, Q2 and R1 here).
+python3 plot.py -> short_rows.png"""
 import re
 from pathlib import Path
 
@@ -21,10 +22,10 @@ for line in (HERE / "qkcfg.txt").read_text().splitlines():
     times[(layout, f"{m[3]} x {m[4]}")] = (fwd, bwd)  # the baseline ran in both calls: the later one is kept
 configs = sorted({c for _, c in times}, key=lambda c: tuple(int(v) for v in c.split(" x ")))
 layouts = ["unpaired", "paired", "key offset"]
-# traced stage-3 kernels, ms per traced step (tools/trace_summary.py): F2 (8 x 2) and Q2 (2 x 1)
-traced = [("QK norm fwd, unpaired", 8.69, 6.61), ("QK norm fwd, paired", 5.85, 4.55),
-          ("QK norm bwd, paired", 8.86, 6.99), ("QK norm bwd, unpaired", 8.28, 6.88),
-          ("QK norm bwd, key offset", 5.53, 3.69), ("gate bwd (in order)", 3.69, 6.19)]
+# traced stage-3 kernels, ms per traced step (tools/trace_summary.py): F2 (8 x 2), Q2 (2 x 1), R1 (the rule)
+traced = [("QK norm fwd, unpaired", 8.69, 6.61, 6.58), ("QK norm fwd, paired", 5.85, 4.55, 4.54),
+          ("QK norm bwd, paired", 8.86, 6.99, 6.98), ("QK norm bwd, unpaired", 8.28, 6.88, 6.86),
+          ("QK norm bwd, key offset", 5.53, 3.69, 3.65), ("gate bwd (in order)", 3.69, 6.19, 3.69)]
 fig, (a, b) = plt.subplots(1, 2, figsize=(15, 5.2))
 width = 0.8 / (2 * len(layouts))
 for i, layout in enumerate(layouts):
@@ -39,12 +40,12 @@ a.set_title("QK norm + rotary compiled alone, T = 49,152")
 a.legend(fontsize=8, ncol=2)
 a.grid(axis="y", alpha=0.3)
 ys = range(len(traced))
-b.barh([y + 0.2 for y in ys], [f2 for _, f2, _ in traced], 0.4, label="F2: 8 rows x 2 warps")
-b.barh([y - 0.2 for y in ys], [q2 for _, _, q2 in traced], 0.4, label="Q2: 2 rows x 1 warp")
-b.set_yticks(list(ys), [name for name, _, _ in traced])
+for k, label in enumerate(("F2: 8 rows x 2 warps", "Q2: 2 rows x 1 warp", "R1: by read order")):
+    b.barh([y + 0.27 * (k - 1) for y in ys], [row[k + 1] for row in traced], 0.27, label=label)
+b.set_yticks(list(ys), [row[0] for row in traced])
 b.invert_yaxis()
 b.set_xlabel("ms per traced stage-3 step")
-b.set_title("In training (two machines; cuBLAS 1.5% slower on Q2's)")
+b.set_title("In training (three machines; cuBLAS 1.5% slower on Q2's than F2's)")
 b.legend()
 b.grid(axis="x", alpha=0.3)
 fig.tight_layout()

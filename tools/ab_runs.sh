@@ -22,8 +22,8 @@
 #   reference NAME WORLD [--limit S | --by S]
 #       the reference's proxy run on GPUs 0..WORLD-1 (REF_DIR/run_reference.sh, REF_DIR default
 #       .bench/reference, a copy of ../shared/reference): stdout OUT/NAME/stdout.txt, full log in OUT/NAME.
-#       From empty caches it compiles for ~5 min before its first step (381 s for a whole world-1 run on an
-#       H200, more on a freshly started machine): give it a call's part of its own, run first, with --limit 430.
+#       From empty caches it compiles for 5-8 min before its first step (a whole world-1 run on an H200: 381 s,
+#       505 s as a freshly started machine's first run): give it a call's part of its own, run first, with --by 575.
 #   summary
 #       the start-up, ms/step by stage, val loss, summary and peak memory lines of OUT/logs/*.txt.
 #   --limit S   stop the run after S seconds

@@ -532,6 +532,13 @@ def test_of_two_that_take_a_lock_at_once_one_wins(tmp_path, monkeypatch):
     held[0]()
 
 
+def stop(proc: subprocess.Popen):
+    """SIGSTOP, returning once the process has stopped: a signal is delivered asynchronously, and until then the
+    process runs on (writing its log, or taking a signal sent after this one first)."""
+    proc.send_signal(signal.SIGSTOP)
+    os.waitpid(proc.pid, os.WUNTRACED)
+
+
 def md5(path) -> str:
     import hashlib
     return hashlib.md5(Path(path).read_bytes()).hexdigest()
@@ -552,7 +559,7 @@ def test_a_live_run_is_neither_started_again_nor_resumed_until_it_dies(tmp_path,
         for line in live.stdout:
             if line.startswith("checkpoint of step 2"):
                 break
-        live.send_signal(signal.SIGSTOP)  # it stays alive, and writes nothing while the others try
+        stop(live)  # it stays alive, and writes nothing while the others try
         log_before, checkpoint_before = md5(tmp_path / "RWA.txt"), md5(checkpoint)
         for args in (flags, flags + ["--overwrite", "True"], ["--resume", str(checkpoint), "--device", "cpu"]):
             r = run_script(args)
@@ -651,7 +658,7 @@ def test_a_second_signal_names_the_newest_checkpoint(tmp_path, synthetic_data):
             break
     # two signals pending while it is stopped (two of one kind would be one) are handled one after the other,
     # SIGINT first: the second arrives before any step boundary
-    proc.send_signal(signal.SIGSTOP)
+    stop(proc)
     proc.send_signal(signal.SIGTERM)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGCONT)

@@ -235,16 +235,16 @@ from kernels.transpose import transpose_add, transpose_copy  # noqa: E402
 
 @contextlib.contextmanager
 def torch_settings():
-    """The torch settings this script relies on, in force while the block runs (main, tools/replay.py, tests that
-    compile the model): torch's own config patches, undone on exit."""
+    """Torch config patches this script relies on, undone on exit (main, tools/replay.py, tests that compile)."""
     # Python floats reaching compiled code (GPTConfig's scales) are constants: symbolic ones under dynamic=True
     # restarted the model's compile once to specialize them, ~25% of its compile time.
     dynamo = dict(specialize_float=True)
-    # Inductor's occupancy retry compiles smaller reduction variants in this process: ~5 s of a cold start, no faster
-    # step (records/enwiki-124/2026-11-26_cold-start).
+    # Inductor's occupancy retry: ~5 s of a cold start, no faster step (records/enwiki-124/2026-11-26_cold-start).
     # Rows of at most 1024 elements reduce in one pass, also where a fused part reads them out of order (the rotary's
     # pairs; 1.2% off a step), rows under 256 with fixed launch configs, not a timed draw (kernels/configs.py).
-    inductor = dict(dynamic_scale_rblock=False, inductor_choices_class=PersistentRowReductions)
+    # No matmul padding: Inductor timed it per process for the six-column gates, and processes that chose differently
+    # compiled graphs the others' caches missed; no slower (records/enwiki-124/2026-11-29_no-mm-padding).
+    inductor = dict(dynamic_scale_rblock=False, inductor_choices_class=PersistentRowReductions, shape_padding=False)
     # FA3's attention is a torch.autograd.Function, which AOTAutograd's cache refuses by default: every warm start
     # retraced the model (records/enwiki-124/2026-11-26_vs-reference-aot-cache).
     functorch = dict(autograd_cache_allow_custom_autograd_functions=True)

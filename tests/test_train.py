@@ -169,7 +169,8 @@ def test_torch_settings_last_as_long_as_their_block_and_a_hidden_entry_is_caught
             "torch._functorch.config.autograd_cache_allow_custom_autograd_functions is True, was False",
             "torch._inductor.config.dynamic_scale_rblock is False, was True",
             "torch._inductor.config.inductor_choices_class is <class 'kernels.configs.PersistentRowReductions'>, "
-            "was None"]
+            "was None",
+            "torch._inductor.config.shape_padding is False, was True"]
     assert config_changes(before) == []
     delattr(torch._dynamo.config, "specialize_float")
     try:

@@ -644,7 +644,6 @@ class ParamRule:
     matrix_lr_muls: tuple = ()  # NorMuon only: per-matrix lr multipliers, repeated along the bank's matrices
 
 
-# Row order is the order in which gradient reductions are launched (largest first).
 PARAM_RULES = {
     "attn_bank":      ParamRule("normuon", sharded=True),
     "mlp_bank":       ParamRule("normuon", sharded=True, matrix_lr_muls=(1.0, 2.0)),  # [W_in, W_out]: 2x lr out
@@ -663,11 +662,12 @@ PARAM_RULES = {
     "value_embeds":   ParamRule("adam", sharded=True, betas=(0.75, 0.95), lr_mul=75.0, wd_mul=5.0),
     "embed":          ParamRule("adam", sharded=True, betas=(0.5, 0.95), wd_mul=150.0),
 }
-# Order of the update math: small params first while the big reductions are still in flight;
-# lm_head before embed (the tied embedding is copied from it); the banks last, to overlap most.
-WORK_ORDER = ["attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank", "ve_gate_bank",
-              "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "value_embeds", "bigram_embed",
-              "lm_head", "embed", "attn_bank", "mlp_bank"]
+# The order of the reductions' launches and of the updates alike: one NCCL stream runs a process group's collectives
+# in launch order, so each update waits only for the reductions before its own. The banks first: their NorMuon is the
+# longest math and overlaps the rest's reductions; lm_head before embed (the tied embedding is copied from it).
+WORK_ORDER = ["attn_bank", "mlp_bank", "attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank",
+              "ve_gate_bank", "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "lm_head", "embed",
+              "value_embeds", "bigram_embed"]
 # torch 2.13 renamed the tensor collectives and warns on the old names; torch 2.11 (the GPU machines) has only those
 reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -744,8 +744,8 @@ class Collective:
 class NorMuonAdam:
     """One optimizer for all parameters, configured by PARAM_RULES (keyed by parameter name).
 
-    step() runs three phases: (1) launch every gradient reduction in PARAM_RULES order;
-    (2) in WORK_ORDER, wait for a reduction, update this rank's slice, launch its all-gather;
+    step() runs three phases: (1) launch every gradient reduction in WORK_ORDER;
+    (2) in the same order, wait for a reduction, update this rank's slice, launch its all-gather;
     (3) wait for the gathers. World size 1 runs the same code with the collectives skipped, and so does an
     emulated world size (Runtime.distributed False: one process timing rank 0's share of a larger run).
     Gradients travel in their parameter's dtype (bf16 for the banks and tables; the token tables sum their
@@ -817,8 +817,8 @@ class NorMuonAdam:
                 touched[rank, torch.from_numpy(rows)] = True
 
     def ledger(self, do_adam: bool, tied: bool, sparse_rows_sent: int = 0) -> list[Collective]:
-        """The collectives step(do_adam) launches with the embedding tied or not, in launch order (gathers in
-        work order after the reductions). sparse_rows_sent: rows this rank sends of a sparse table (data-dependent)."""
+        """The collectives step(do_adam) launches with the embedding tied or not, in launch order (the gathers in the
+        same order, after the reductions). sparse_rows_sent: rows this rank sends of a sparse table (data-dependent)."""
         if self.world_size == 1:
             return []
         rows = []
@@ -830,12 +830,12 @@ class NorMuonAdam:
                 rows.append(Collective(name, "reduce_scatter" if comms == "reduce_scatter" else "all_reduce",
                                        p.dtype, p.numel()))
         rows += [Collective(name, "all_gather", self.params[name].dtype, self.params[name].numel())
-                 for name in WORK_ORDER if name in self._active(do_adam, tied) and PARAM_RULES[name].sharded]
+                 for name in self._active(do_adam, tied) if PARAM_RULES[name].sharded]
         return rows
 
     def _active(self, do_adam: bool, tied: bool) -> list[str]:
-        """Parameters this step updates, in reduction order (while tied the embedding rides on the head)."""
-        return [n for n in PARAM_RULES if (do_adam or PARAM_RULES[n].optim == "normuon") and not (tied and n == "embed")]
+        """Parameters this step updates, in WORK_ORDER (while tied the embedding rides on the head)."""
+        return [n for n in WORK_ORDER if (do_adam or PARAM_RULES[n].optim == "normuon") and not (tied and n == "embed")]
 
     def _shard(self, name: str, t: Tensor) -> Tensor:
         """This rank's rows of a full-size tensor (param or grad), in the view the rule optimizes."""
@@ -917,9 +917,8 @@ class NorMuonAdam:
             transpose_add(grads["embed"], grads["lm_head"])
         reductions = {n: self._launch_reduce(n, grads[n]) for n in active}  # phase 1
 
-        names = [n for n in WORK_ORDER if n in reductions]
         shards, gathers, head_gather = [], [], None
-        for name in names:  # phase 2
+        for name in active:  # phase 2
             grad = reductions[name]()
             shards.append(grad)
             if PARAM_RULES[name].optim == "adam":
@@ -931,7 +930,7 @@ class NorMuonAdam:
                 head_gather = work
             elif work is not None:
                 gathers.append(work)
-        grad_sq = self._squared_norm([(n, g) for n, g in zip(names, shards) if n not in NORM_SKIPS])  # before zeroing
+        grad_sq = self._squared_norm([(n, g) for n, g in zip(active, shards) if n not in NORM_SKIPS])  # before zeroing
 
         if self.tied and do_adam:  # phase 3
             if head_gather is not None:

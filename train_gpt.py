@@ -224,7 +224,7 @@ from harness.profiling import StepProfiler, sync_debug  # noqa: E402
 from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
-from kernels.embedding import lookup_op  # noqa: E402
+from kernels.embedding import lookup_op, round_flagged_rows, zero_flagged_rows  # noqa: E402
 from kernels.fp8_linear import fp8_linear, fp8_tensor  # noqa: E402
 from kernels.lm_head import head_loss_op  # noqa: E402
 from kernels.polar_express import polar_express  # noqa: E402
@@ -439,10 +439,12 @@ class GPT(nn.Module):
         self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
         self.rotary = Rotary(cfg)
         # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The
-        # token tables sum theirs in fp32 buffers, written by lookup_op's backward; autograd fills the rest.
+        # token tables sum theirs in fp32 buffers, written by lookup_op's backward, which flags the rows it wrote
+        # (the optimizer rounds and zeroes only those); autograd fills the rest.
         for name, p in self.named_parameters():
             if name in self.LOOKUP_TABLES:
                 self.register_buffer(f"{name}_grad", torch.zeros(p.shape), persistent=False)
+                self.register_buffer(f"{name}_grad_rows", torch.zeros(p.size(0), dtype=torch.uint8), persistent=False)
             else:
                 p.grad = torch.zeros_like(p)
 
@@ -454,13 +456,20 @@ class GPT(nn.Module):
         return {name: getattr(self, f"{name}_grad") if name in self.LOOKUP_TABLES else p.grad
                 for name, p in self.named_parameters()}
 
-    def load_gradients(self, grads: dict[str, Tensor]):
-        """Set the held gradients (Adam's carry over between steps) in place: CUDA graphs hold their addresses."""
+    def grad_rows(self) -> dict[str, Tensor]:
+        """Each token table's flags (uint8, one per row) of the gradient rows written since they were last zeroed."""
+        return {name: getattr(self, f"{name}_grad_rows") for name in self.LOOKUP_TABLES}
+
+    def load_gradients(self, grads: dict[str, Tensor] | None):
+        """Set the held gradients (Adam's carry over between steps; None: zeros) in place: CUDA graphs hold their
+        addresses. Loaded gradients count as written in every row."""
         for name, grad in self.gradients().items():
-            grad.copy_(grads[name])
+            grad.zero_() if grads is None else grad.copy_(grads[name])
+        for flags in self.grad_rows().values():
+            flags.fill_(grads is not None)
 
     def _lookup(self, name: str, idx: Tensor) -> list[Tensor]:
-        return lookup_op(getattr(self, name), idx, getattr(self, f"{name}_grad"))
+        return lookup_op(getattr(self, name), idx, getattr(self, f"{name}_grad"), getattr(self, f"{name}_grad_rows"))
 
     def muon_matrix_shapes(self) -> dict[str, tuple[int, int, int]]:
         """How NorMuon sees each bank: a stack of matrices that ranks own whole."""
@@ -760,7 +769,7 @@ class NorMuonAdam:
     def __init__(self, model: GPT, hp: Hyperparameters, rt: Runtime, compile: bool):
         self.hp, self.rank, self.world_size, self.distributed = hp, rt.rank, rt.world_size, rt.distributed
         self.params = dict(model.named_parameters())
-        self.gradients = model.gradients
+        self.gradients, self.grad_rows = model.gradients, model.grad_rows()
         assert set(self.params) == set(PARAM_RULES) == set(WORK_ORDER), "every parameter needs a PARAM_RULES row"
         self.matrix_shapes = model.muon_matrix_shapes()
         self.comms = {name: self._comms(name, rt) for name in self.params}
@@ -785,6 +794,10 @@ class NorMuonAdam:
                     second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
                     mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
                     lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
+        # the token tables' gradients travel from persistent buffers in the parameters' dtype, zero but in the rows
+        # written (round_flagged_rows writes those, zero_flagged_rows clears them after the step)
+        self.wires = {name: torch.zeros_like(self.params[name]) for name in self.grad_rows
+                      if self.comms[name] == "reduce_scatter"}
         # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
         self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
                         for name, comms in self.comms.items() if comms == "sparse"}
@@ -853,7 +866,7 @@ class NorMuonAdam:
         if comms == "sparse":
             return self._launch_sparse(name, grad)
         # the token tables' fp32 sums round once here (an emulated rank too: a real one's cost); others have p's dtype
-        wire = grad if comms == "none" else grad.to(p.dtype)
+        wire = round_flagged_rows(grad, self.grad_rows[name], self.wires[name]) if name in self.wires else grad
         if comms == "none" or not self.distributed:
             shard = self._shard(name, wire)
             return lambda: shard
@@ -895,6 +908,7 @@ class NorMuonAdam:
 
         def merge() -> Tensor:
             work.wait()
+            self.grad_rows[name][me * per:(me + 1) * per].index_fill_(0, recv_idx, 1)  # written here: zeroed after
             return shard.index_add_(0, recv_idx, received.float()).mul_(1 / W)
         return merge
 
@@ -941,7 +955,10 @@ class NorMuonAdam:
         for work in gathers:
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
-        torch._foreach_zero_([g for n, g in grads.items() if do_adam or PARAM_RULES[n].optim == "normuon"])
+        done = [n for n in grads if do_adam or PARAM_RULES[n].optim == "normuon"]
+        torch._foreach_zero_([grads[n] for n in done if n not in self.grad_rows])
+        for name in (n for n in done if n in self.grad_rows):
+            zero_flagged_rows(grads[name], self.grad_rows[name], self.wires.get(name))
         return grad_sq
 
     def _squared_norm(self, shards: list[tuple[str, Tensor]]) -> Tensor:
@@ -1615,11 +1632,10 @@ class Trainer:
         return dict(grads=self.model.gradients(), touched=self.optimizer.touched)
 
     def restore(self, snap: dict):
-        carried = self.carried()
-        if snap["carried"] is not None:
-            copy_tree(snap["carried"], carried)
-        else:
-            torch._foreach_zero_([*carried["grads"].values(), *carried["touched"].values()])
+        carried, touched = snap["carried"], self.optimizer.touched
+        self.model.load_gradients(carried and carried["grads"])
+        for name, rows in touched.items():
+            rows.copy_(carried["touched"][name]) if carried is not None else rows.zero_()
         self.model.load_state_dict(snap["model"])
         if snap["optimizer"] is None:  # the warm-up's start: the state the optimizer was made with
             self.optimizer.reset()

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 import triton
 from triton.testing import do_bench
 
-from kernels.embedding import embedding_grad_add_reference, embedding_grad_add_triton
+from kernels.embedding import (embedding_grad_add_reference, embedding_grad_add_triton, round_flagged_rows_triton,
+                               zero_flagged_rows_triton)
 from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_tensor, fp8_weight_blocks
 from kernels.polar_express import POLAR_EXPRESS_COEFFS, polar_express, polar_express_reference
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
@@ -431,32 +432,50 @@ def sweep_relu_square(peaks: Peaks):
 # --- embedding gradients ----------------------------------------------------------------------
 # The five value-embedding tables (5 x 50304 rows) take n_lookups = 5 x tokens rows a micro-batch.
 EMBEDDING_CASES = [("value_embeds, stage 1", 5, 16384), ("value_embeds, stage 3", 5, 49152)]
+FLAGGED_SHARES = (0.15, 0.35, 0.7)  # value-table rows written between Adam steps: world 8 stage 1 / 3, world 1
 
 
 def bench_embedding(peaks: Peaks):
     """Scatter into the fp32 accumulator vs torch's index_add_, and vs the path it replaced: autograd's
-    dense embedding backward (a table-sized gradient per micro-batch) added to a bf16 .grad."""
+    dense embedding backward (a table-sized gradient per micro-batch) added to a bf16 .grad. Then, at the share of
+    the value table's rows an Adam step finds written (at world 8 and world 1), rounding those rows for the wire and
+    zeroing them, against the whole table's rounding and zeroing."""
     V, D = 50304, 768
     rows = []
     for name, tables, tokens in EMBEDDING_CASES:
         idx = ((torch.rand(tables, tokens, device=DEVICE) ** 3 * V).long() + V * torch.arange(tables, device=DEVICE)[:, None])
         grad = torch.randn(tables, tokens, D, device=DEVICE, dtype=torch.bfloat16)
         acc = torch.zeros(tables * V, D, device=DEVICE)
+        flags = torch.zeros(tables * V, device=DEVICE, dtype=torch.uint8)
         grad_bf16 = torch.zeros(tables * V, D, device=DEVICE, dtype=torch.bfloat16)
 
         def dense_path():
             dense = torch.ops.aten.embedding_dense_backward(grad.view(-1, D), idx.view(-1), tables * V, -1, False)
             grad_bf16.add_(dense)
         amount = grad.nbytes + idx.nbytes + 2 * 4 * grad.numel()  # read rows, read + write their fp32 sums
-        ms = time_ms(lambda: embedding_grad_add_triton(grad, idx, acc))
+        ms = time_ms(lambda: embedding_grad_add_triton(grad, idx, acc, flags))
         shape = (tables, tokens, D)
         rows.append(compare_row(f"embedding_grad_add, {name}", shape, ms,
-                                time_ms(lambda: embedding_grad_add_reference(grad, idx, acc)), amount, "TB/s",
+                                time_ms(lambda: embedding_grad_add_reference(grad, idx, acc, flags)), amount, "TB/s",
                                 peaks.copy_tb_s))
         rows.append(compare_row(f"  vs dense backward + bf16 add, {name}", shape, ms, time_ms(dense_path), amount,
                                 "TB/s", peaks.copy_tb_s))
-    print_table("embedding gradient scatter (torch: index_add_ in fp32; second row: autograd's dense path)",
-                COMPARE_HEADERS, rows)
+    acc, wire = torch.randn(5 * V, D, device=DEVICE), torch.zeros(5 * V, D, device=DEVICE, dtype=torch.bfloat16)
+    for share in FLAGGED_SHARES:
+        flags = (torch.rand(5 * V, device=DEVICE) < share).to(torch.uint8)
+        written = int(flags.sum()) * D
+        ms = time_ms(lambda: round_flagged_rows_triton(acc, flags, wire))
+        rows.append(compare_row(f"round_flagged_rows, {share:.0%} of rows", (5 * V, D), ms,
+                                time_ms(lambda: wire.copy_(acc)), written * 6 + flags.numel(), "TB/s", peaks.copy_tb_s))
+        # the zeroing clears the flags: time it on a fresh copy of them each call (the copy timed alone is subtracted)
+        fresh = flags.clone()
+        copy_ms = time_ms(lambda: fresh.copy_(flags))
+        ms = time_ms(lambda: (fresh.copy_(flags), zero_flagged_rows_triton(acc, fresh, wire))) - copy_ms
+        rows.append(compare_row(f"zero_flagged_rows (and wire), {share:.0%} of rows", (5 * V, D), ms,
+                                time_ms(lambda: (acc.zero_(), wire.zero_())), written * 6 + 2 * flags.numel(), "TB/s",
+                                peaks.copy_tb_s))
+    print_table("embedding gradient scatter (torch: index_add_ in fp32; second row: autograd's dense path); flagged "
+                "rows rounded and zeroed (torch: the whole table)", COMPARE_HEADERS, rows)
 
 
 # --- FP8 linear -------------------------------------------------------------------------------

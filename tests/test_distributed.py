@@ -163,6 +163,38 @@ def test_sparse_exchange_sends_each_touched_row_to_its_owner_and_averages(monkey
     torch.testing.assert_close(merged, expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("world", [1, 2, 8])
+def test_token_tables_travel_rounded_and_are_zeroed_in_the_rows_written(monkeypatch, world):
+    """The token tables' gradients, written in some rows (flagged as lookup_op's backward flags them), reach the
+    reduce-scatter as the whole table rounded to bf16; after the Adam step every gradient, flag and wire buffer is
+    zero again. A NorMuon-only step leaves the tables' gradients to accumulate."""
+    model = tiny_model()
+    rec = RecordingCollectives(monkeypatch, world)
+    sent = {}
+
+    def reduce_scatter(out, full, op=None, async_op=False):
+        sent[full.data_ptr()] = full.clone()
+        return rec.reduce_scatter_tensor(out, full, op, async_op)
+    monkeypatch.setattr(tg, "reduce_scatter", reduce_scatter)
+    opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(world_size=world), compile=False)
+    opt.untie()
+    grads, flags = model.gradients(), model.grad_rows()
+    rng = torch.Generator().manual_seed(world)
+    for name in model.LOOKUP_TABLES:
+        rows = torch.randint(0, grads[name].size(0), (grads[name].size(0) // 3,), generator=rng)
+        grads[name][rows] = torch.randn(rows.numel(), grads[name].size(1), generator=rng)
+        flags[name][rows] = 1
+    dense = {name: grads[name].clone() for name in model.LOOKUP_TABLES}
+    opt.step(1.0, 0.9, do_adam=False)
+    assert all(torch.equal(grads[n], dense[n]) for n in dense) and all(f.any() for f in flags.values())
+    opt.step(1.0, 0.9, do_adam=True)
+    for name in model.LOOKUP_TABLES:
+        if name in opt.wires:  # (at world 8 the bigram table's rows travel sparsely)
+            assert torch.equal(sent[opt.wires[name].data_ptr()], dense[name].bfloat16()), f"{name}: rounded once"
+        assert not grads[name].any() and not flags[name].any(), f"{name}: zeroed after the Adam step"
+    assert not any(wire.any() for wire in opt.wires.values()) and len(opt.wires) == {1: 0, 2: 3, 8: 2}[world]
+
+
 # --- the data each step trains on ----------------------------------------------------------------
 
 def reference_steps(shards: list[np.ndarray], bos: int, steps: list[tuple[int, int]]) -> list[list[np.ndarray]]:
@@ -339,8 +371,10 @@ def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps
     trainer.restore(even)
     assert torch.equal(trainer.model.attn_bank, weights) and not trainer.model.gradients()["embed"].any()
     assert not any(t.any() for t in trainer.optimizer.touched.values())
+    assert not any(f.any() for f in trainer.model.grad_rows().values())
     trainer.restore(odd)
     assert torch.equal(trainer.model.gradients()["embed"], odd["carried"]["grads"]["embed"])
+    assert all(f.all() for f in trainer.model.grad_rows().values()), "restored gradients count as written everywhere"
 
 
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated

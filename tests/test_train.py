@@ -483,7 +483,7 @@ def test_lookup_gradients_sum_in_fp32_over_micro_batches():
         probe = {}
         original = tg.lookup_op
 
-        def dense_lookup(table, idx, grad_acc):  # the same forward through F.embedding, to get autograd's gradient
+        def dense_lookup(table, idx, grad_acc, flags):  # the same forward through F.embedding: autograd's gradient
             name = next(n for n in model.LOOKUP_TABLES if getattr(model, n) is table)
             probe[name] = table.detach().clone().requires_grad_()
             return list(F.embedding(idx, probe[name]))  # one (T, D) tensor per row of idx, as lookup_op
@@ -494,9 +494,11 @@ def test_lookup_gradients_sum_in_fp32_over_micro_batches():
             tg.lookup_op = original
         for name, table in probe.items():
             reference[name] += table.grad.double()
-    grads = model.gradients()
+    grads, flags = model.gradients(), model.grad_rows()
     for name in model.LOOKUP_TABLES:
         assert getattr(model, name).grad is None
+        written = flags[name].bool()
+        assert not grads[name][~written].any() and not written.all(), f"{name}: the flags name every row written"
         # autograd's reference sums in bf16 on the CPU; the buffers sum in fp32
         assert_close(grads[name], reference[name], atol=1e-2 * reference[name].abs().max().item(), rtol=1e-2, name=name)
 

@@ -127,11 +127,10 @@ def batch_for(model: tg.GPT, T: int, seed: int = 0):
 
 
 def random_gradients(model) -> dict:
-    """Fill every gradient in place (they persist: the optimizer zeroes them, CUDA graphs hold them)."""
-    grads = model.gradients()
-    for grad in grads.values():
-        grad.copy_(torch.randn_like(grad))
-    return grads
+    """Fill every gradient in place (they persist: the optimizer zeroes them, CUDA graphs hold them); every token-table
+    row counts as written."""
+    model.load_gradients({name: torch.randn_like(grad) for name, grad in model.gradients().items()})
+    return model.gradients()
 
 
 def run_script(args, env_extra=None, nproc=None, timeout=600, script="train_gpt.py"):

@@ -456,7 +456,7 @@ class GPT(nn.Module):
         return {name: getattr(self, f"{name}_grad") if name in self.LOOKUP_TABLES else p.grad
                 for name, p in self.named_parameters()}
 
-    def grad_rows(self) -> dict[str, Tensor]:
+    def written_rows(self) -> dict[str, Tensor]:
         """Each token table's flags (uint8, one per row) of the gradient rows written since they were last zeroed."""
         return {name: getattr(self, f"{name}_grad_rows") for name in self.LOOKUP_TABLES}
 
@@ -464,8 +464,11 @@ class GPT(nn.Module):
         """Set the held gradients (Adam's carry over between steps; None: zeros) in place: CUDA graphs hold their
         addresses. Loaded gradients count as written in every row."""
         for name, grad in self.gradients().items():
-            grad.zero_() if grads is None else grad.copy_(grads[name])
-        for flags in self.grad_rows().values():
+            if grads is None:
+                grad.zero_()
+            else:
+                grad.copy_(grads[name])
+        for flags in self.written_rows().values():
             flags.fill_(grads is not None)
 
     def _lookup(self, name: str, idx: Tensor) -> list[Tensor]:
@@ -672,8 +675,8 @@ PARAM_RULES = {
     "embed":          ParamRule("adam", sharded=True, betas=(0.5, 0.95), wd_mul=150.0),
 }
 # The order of the reductions' launches and of the updates alike: one NCCL stream runs a process group's collectives
-# in launch order, so each update waits only for the reductions before its own. The banks first: their NorMuon is the
-# longest math and overlaps the rest's reductions; lm_head before embed (the tied embedding is copied from it).
+# in launch order, so each update waits only for the reductions before its own. The banks first: their NorMuon, the
+# longest math, overlaps the other reductions (records/enwiki-124/2026-11-29_world2-collective-order-flagged-rows).
 WORK_ORDER = ["attn_bank", "mlp_bank", "attn_lambdas", "scalars", "smear_gate", "skip_gate", "attn_gate_bank",
               "ve_gate_bank", "post_lambdas", "x0_lambdas", "bigram_lambdas", "resid_lambdas", "lm_head", "embed",
               "value_embeds", "bigram_embed"]
@@ -769,7 +772,7 @@ class NorMuonAdam:
     def __init__(self, model: GPT, hp: Hyperparameters, rt: Runtime, compile: bool):
         self.hp, self.rank, self.world_size, self.distributed = hp, rt.rank, rt.world_size, rt.distributed
         self.params = dict(model.named_parameters())
-        self.gradients, self.grad_rows = model.gradients, model.grad_rows()
+        self.gradients, self.written_rows = model.gradients, model.written_rows()
         assert set(self.params) == set(PARAM_RULES) == set(WORK_ORDER), "every parameter needs a PARAM_RULES row"
         self.matrix_shapes = model.muon_matrix_shapes()
         self.comms = {name: self._comms(name, rt) for name in self.params}
@@ -796,7 +799,7 @@ class NorMuonAdam:
                     lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
         # the token tables' gradients travel from persistent buffers in the parameters' dtype, zero but in the rows
         # written (round_flagged_rows writes those, zero_flagged_rows clears them after the step)
-        self.wires = {name: torch.zeros_like(self.params[name]) for name in self.grad_rows
+        self.wires = {name: torch.zeros_like(self.params[name]) for name in self.written_rows
                       if self.comms[name] == "reduce_scatter"}
         # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
         self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
@@ -866,7 +869,7 @@ class NorMuonAdam:
         if comms == "sparse":
             return self._launch_sparse(name, grad)
         # the token tables' fp32 sums round once here (an emulated rank too: a real one's cost); others have p's dtype
-        wire = round_flagged_rows(grad, self.grad_rows[name], self.wires[name]) if name in self.wires else grad
+        wire = round_flagged_rows(grad, self.written_rows[name], self.wires[name]) if name in self.wires else grad
         if comms == "none" or not self.distributed:
             shard = self._shard(name, wire)
             return lambda: shard
@@ -908,7 +911,7 @@ class NorMuonAdam:
 
         def merge() -> Tensor:
             work.wait()
-            self.grad_rows[name][me * per:(me + 1) * per].index_fill_(0, recv_idx, 1)  # written here: zeroed after
+            self.written_rows[name][me * per:(me + 1) * per].index_fill_(0, recv_idx, 1)  # written here: zeroed after
             return shard.index_add_(0, recv_idx, received.float()).mul_(1 / W)
         return merge
 
@@ -956,9 +959,9 @@ class NorMuonAdam:
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
         done = [n for n in grads if do_adam or PARAM_RULES[n].optim == "normuon"]
-        torch._foreach_zero_([grads[n] for n in done if n not in self.grad_rows])
-        for name in (n for n in done if n in self.grad_rows):
-            zero_flagged_rows(grads[name], self.grad_rows[name], self.wires.get(name))
+        torch._foreach_zero_([grads[n] for n in done if n not in self.written_rows])
+        for name in (n for n in done if n in self.written_rows):  # a wire holds rows only if its table was reduced
+            zero_flagged_rows(grads[name], self.written_rows[name], self.wires.get(name) if name in active else None)
         return grad_sq
 
     def _squared_norm(self, shards: list[tuple[str, Tensor]]) -> Tensor:
@@ -1633,9 +1636,13 @@ class Trainer:
 
     def restore(self, snap: dict):
         carried, touched = snap["carried"], self.optimizer.touched
-        self.model.load_gradients(carried and carried["grads"])
-        for name, rows in touched.items():
-            rows.copy_(carried["touched"][name]) if carried is not None else rows.zero_()
+        if carried is None:
+            self.model.load_gradients(None)
+            for rows in touched.values():
+                rows.zero_()
+        else:
+            self.model.load_gradients(carried["grads"])
+            copy_tree(carried["touched"], touched)
         self.model.load_state_dict(snap["model"])
         if snap["optimizer"] is None:  # the warm-up's start: the state the optimizer was made with
             self.optimizer.reset()

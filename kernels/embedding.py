@@ -91,8 +91,9 @@ def _check_table(acc: torch.Tensor, flags: torch.Tensor, wire: torch.Tensor | No
         f"acc must be a (rows, D) table with contiguous rows, got shape {tuple(acc.shape)} strides {acc.stride()}"
     assert flags.shape == acc.shape[:1] and flags.dtype == torch.uint8 and flags.is_contiguous(), \
         f"flags must be contiguous uint8 of acc's {acc.size(0)} rows, got {flags.dtype} {tuple(flags.shape)}"
-    assert wire is None or (wire.shape == acc.shape and wire.stride(1) == 1), \
-        f"wire must be acc's shape {tuple(acc.shape)} with contiguous rows, got {tuple(wire.shape)} {wire.stride()}"
+    assert wire is None or (wire.shape == acc.shape and wire.stride(1) == 1 and wire.is_floating_point()), \
+        f"wire must be floating point, acc's shape {tuple(acc.shape)}, contiguous rows: got {wire.dtype} " \
+        f"{tuple(wire.shape)} {wire.stride()}"
     assert flags.device == acc.device and (wire is None or wire.device == acc.device), "tensors on several devices"
 
 
@@ -128,7 +129,7 @@ def embedding_grad_add(grad: torch.Tensor, idx: torch.Tensor, acc: torch.Tensor,
 
 def _flagged_rows(acc: torch.Tensor, flags: torch.Tensor, wire: torch.Tensor | None, zero: bool):
     _check_table(acc, flags, wire)
-    if acc.numel():
+    if acc.size(0):
         block_rows, block_d, num_warps = EMBEDDING_CONFIG
         _flagged_rows_kernel[(triton.cdiv(acc.size(0), block_rows),)](
             acc, flags, acc if wire is None else wire, acc.size(0), acc.size(1), acc.stride(0),

@@ -161,6 +161,9 @@ def test_sparse_exchange_sends_each_touched_row_to_its_owner_and_averages(monkey
         merged = opt._launch_sparse("bigram_embed", grads[rank].clone())()
     expected = (grads[0][:per] + grads[1][:per].bfloat16().float()) / 8
     torch.testing.assert_close(merged, expected, atol=1e-6, rtol=0)
+    received = np.unique(np.concatenate([r[r < per] for r in rows[1:]]))  # other ranks' rows in rank 0's slice
+    flagged = model.written_rows()["bigram_embed"][:per].nonzero()[:, 0]
+    assert torch.equal(flagged, torch.from_numpy(received)), "the rows added to the slice are flagged: zeroed after"
 
 
 @pytest.mark.parametrize("world", [1, 2, 8])
@@ -178,7 +181,7 @@ def test_token_tables_travel_rounded_and_are_zeroed_in_the_rows_written(monkeypa
     monkeypatch.setattr(tg, "reduce_scatter", reduce_scatter)
     opt = tg.NorMuonAdam(model, tg.Hyperparameters(**TINY), cpu_runtime(world_size=world), compile=False)
     opt.untie()
-    grads, flags = model.gradients(), model.grad_rows()
+    grads, flags = model.gradients(), model.written_rows()
     rng = torch.Generator().manual_seed(world)
     for name in model.LOOKUP_TABLES:
         rows = torch.randint(0, grads[name].size(0), (grads[name].size(0) // 3,), generator=rng)
@@ -371,10 +374,10 @@ def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps
     trainer.restore(even)
     assert torch.equal(trainer.model.attn_bank, weights) and not trainer.model.gradients()["embed"].any()
     assert not any(t.any() for t in trainer.optimizer.touched.values())
-    assert not any(f.any() for f in trainer.model.grad_rows().values())
+    assert not any(f.any() for f in trainer.model.written_rows().values())
     trainer.restore(odd)
     assert torch.equal(trainer.model.gradients()["embed"], odd["carried"]["grads"]["embed"])
-    assert all(f.all() for f in trainer.model.grad_rows().values()), "restored gradients count as written everywhere"
+    assert all(f.all() for f in trainer.model.written_rows().values()), "restored gradients count as written everywhere"
 
 
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated

@@ -128,7 +128,8 @@ def _flagged_case(rows, D, share, wire_dtype):
     acc = torch.randn(rows, D, device=DEVICE)
     flags = (torch.rand(rows, device=DEVICE) < share).to(torch.uint8)
     acc[flags.bool().nonzero()[:1, 0], :1] = float("nan")  # a non-finite value in a flagged row travels as it is
-    wire = torch.full((rows, D), 7.0, device=DEVICE, dtype=wire_dtype)  # poisoned: rows not flagged keep it
+    # poisoned (rows not flagged keep it), and with a row stride of its own
+    wire = torch.full((rows, D + 5), 7.0, device=DEVICE, dtype=wire_dtype)[:, :D]
     return acc, flags, wire
 
 
@@ -167,7 +168,9 @@ def test_flagged_rows_dispatch_and_bad_input():
     assert _same(round_flagged_rows(acc, flags, wire), expected)  # CUDA: Triton; CPU: the reference
     zero_flagged_rows(acc, flags, wire)
     assert not flags.any() and not wire[expected != 7.0].any()
-    for bad in (dict(flags=flags[1:]), dict(flags=flags.bool()), dict(wire=wire[:, 1:]), dict(acc=acc.half())):
+    strided_flags = torch.zeros(2 * flags.numel(), dtype=torch.uint8, device=DEVICE)[::2]
+    for bad in (dict(flags=flags[1:]), dict(flags=flags.bool()), dict(flags=strided_flags), dict(wire=wire[:, 1:]),
+                dict(wire=wire.int()), dict(acc=acc.half())):
         args = dict(acc=acc, flags=flags, wire=wire) | bad
         with pytest.raises(AssertionError):
             round_flagged_rows_triton(**args)

@@ -272,6 +272,7 @@ def test_warmup_runs_two_micro_batches_a_step_then_restores_the_start(tmp_path, 
         assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(flat_before, flat_after))
     assert after["loader"] == before["loader"]
     assert all(not g.any() for g in trainer.model.gradients().values())
+    assert not any(t.any() for t in [*trainer.model.written_rows().values(), *trainer.optimizer.wires.values()])
 
 
 # --- model -----------------------------------------------------------------------------------
@@ -362,8 +363,10 @@ def test_model_compiles_once_for_every_stage(attention):
         compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, w8).backward()
     assert graphs == ["fw", "bw"], f"expected one forward and one backward graph for all stages, got {graphs}"
     assert "compile_attempt_1" not in attempts, "Dynamo restarted its analysis of the model (a symbolic float?)"
-    grads = model.gradients()
+    grads, flags = model.gradients(), model.written_rows()
     assert all(grads[name].any() for name in model.LOOKUP_TABLES), "the compiled backward lost a table's gradient"
+    assert all(flags[n].any() and not grads[n][~flags[n].bool()].any() for n in model.LOOKUP_TABLES), \
+        "the compiled backward flags every table row it writes"
     model.eval()
     with torch.no_grad():
         compiled(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, w8)
@@ -494,7 +497,7 @@ def test_lookup_gradients_sum_in_fp32_over_micro_batches():
             tg.lookup_op = original
         for name, table in probe.items():
             reference[name] += table.grad.double()
-    grads, flags = model.gradients(), model.grad_rows()
+    grads, flags = model.gradients(), model.written_rows()
     for name in model.LOOKUP_TABLES:
         assert getattr(model, name).grad is None
         written = flags[name].bool()

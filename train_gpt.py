@@ -438,9 +438,8 @@ class GPT(nn.Module):
         self.bigram_lambdas = nn.Parameter(torch.full((L,), 0.05))
         self.scalars = nn.Parameter(torch.tensor([0.0, 0.5, -1.5]))  # named in SCALARS below
         self.rotary = Rotary(cfg)
-        # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The
-        # token tables sum theirs in fp32 buffers, written by lookup_op's backward, which flags the rows it wrote
-        # (the optimizer rounds and zeroes only those); autograd fills the rest.
+        # Gradients persist (the optimizer zeroes them in place), so a CUDA graph may write into them. The token tables
+        # sum theirs in fp32 buffers, written by lookup_op's backward, which flags the rows it wrote; autograd the rest.
         for name, p in self.named_parameters():
             if name in self.LOOKUP_TABLES:
                 self.register_buffer(f"{name}_grad", torch.zeros(p.shape), persistent=False)
@@ -460,16 +459,12 @@ class GPT(nn.Module):
         """Each token table's flags (uint8, one per row) of the gradient rows written since they were last zeroed."""
         return {name: getattr(self, f"{name}_grad_rows") for name in self.LOOKUP_TABLES}
 
-    def load_gradients(self, grads: dict[str, Tensor] | None):
-        """Set the held gradients (Adam's carry over between steps; None: zeros) in place: CUDA graphs hold their
-        addresses. Loaded gradients count as written in every row."""
+    def load_gradients(self, grads: dict[str, Tensor]):
+        """Set the held gradients (Adam's carry-over) in place (CUDA graphs hold their addresses); all rows written."""
         for name, grad in self.gradients().items():
-            if grads is None:
-                grad.zero_()
-            else:
-                grad.copy_(grads[name])
+            grad.copy_(grads[name])
         for flags in self.written_rows().values():
-            flags.fill_(grads is not None)
+            flags.fill_(1)
 
     def _lookup(self, name: str, idx: Tensor) -> list[Tensor]:
         return lookup_op(getattr(self, name), idx, getattr(self, f"{name}_grad"), getattr(self, f"{name}_grad_rows"))
@@ -713,12 +708,11 @@ def normuon_update(p_bits: Tensor, mantissa: Tensor, v: Tensor, second_moment: T
                    lr: Tensor, decay: Tensor):
     """NorMuon step on a stack of matrices (arXiv 2510.05491) with cautious weight decay.
 
-    v: (n, R, C) orthogonalized update; second_moment: (n, R, 1) or (n, 1, C) running mean of v^2 over
-    the longer side's complement; lr: (n, 1, 1) per-matrix lr; decay: wd * base lr (0-D).
-    The bf16 weights (p_bits, viewed as int16) plus their 16 lost mantissa bits form an exact fp32
-    master copy, so small updates are not rounded away. The normalized update stays fp32 up to that master
-    copy (the reference rounds it to bf16 first): one rounding fewer, and free, as this function is one fused
-    kernel that never stores the update."""
+    v: (n, R, C) orthogonalized update; second_moment: (n, R, 1) or (n, 1, C) running mean of v^2 over the longer side's
+    complement; lr: (n, 1, 1) per-matrix lr; decay: wd * base lr (0-D). The bf16 weights (p_bits, viewed as int16) plus
+    their 16 lost mantissa bits form an exact fp32 master copy, so small updates are not rounded away. The normalized
+    update stays fp32 up to that master copy (the reference rounds it to bf16 first): one rounding fewer, and free, as
+    this function is one fused kernel that never stores the update."""
     v = v.float()
     reduce_dim = -1 if v.size(-2) >= v.size(-1) else -2
     v_sq = v.square().mean(dim=reduce_dim, keepdim=True)
@@ -756,18 +750,14 @@ class Collective:
 class NorMuonAdam:
     """One optimizer for all parameters, configured by PARAM_RULES (keyed by parameter name).
 
-    step() runs three phases: (1) launch every gradient reduction in WORK_ORDER;
-    (2) in the same order, wait for a reduction, update this rank's slice, launch its all-gather;
-    (3) wait for the gathers. World size 1 runs the same code with the collectives skipped, and so does an
-    emulated world size (Runtime.distributed False: one process timing rank 0's share of a larger run).
-    Gradients travel in their parameter's dtype (bf16 for the banks and tables; the token tables sum their
-    micro-batches in fp32 locally and round once before sending). At world 8 without accumulation the bigram
-    table's gradient travels as the rows each rank touched, to the rank that owns them: every rank cuts all 8
-    micro-batches (TrainLoader), so each knows which rows every rank touched and no index or count exchange is
-    needed, only the rows.
-    Adam parameters step only on odd steps, accumulating two steps of gradients (@classiclarryd).
-    While tied, the embedding's gradient is folded into the (transposed) head's and the embedding
-    is rewritten from the head after each update."""
+    step() runs three phases: (1) launch every gradient reduction in WORK_ORDER; (2) in the same order, wait for a
+    reduction, update this rank's slice, launch its all-gather; (3) wait for the gathers. World size 1, and an emulated
+    world size (Runtime.distributed False: one process timing rank 0's share), run the same code without collectives.
+    Gradients travel in their parameter's dtype; the token tables sum theirs in fp32 and round once, only the rows
+    lookups wrote (GPT.written_rows). At world 8 without accumulation the bigram table's gradient travels as the rows
+    each rank touched, to their owner: every rank cuts all 8 micro-batches (TrainLoader), so only rows are exchanged.
+    Adam parameters step on odd steps only, on two steps of gradients (@classiclarryd). While tied, the embedding's
+    gradient is folded into the (transposed) head's and the embedding rewritten from the head after each update."""
 
     def __init__(self, model: GPT, hp: Hyperparameters, rt: Runtime, compile: bool):
         self.hp, self.rank, self.world_size, self.distributed = hp, rt.rank, rt.world_size, rt.distributed
@@ -797,8 +787,7 @@ class NorMuonAdam:
                     second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
                     mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
                     lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
-        # the token tables' gradients travel from persistent buffers in the parameters' dtype, zero but in the rows
-        # written (round_flagged_rows writes those, zero_flagged_rows clears them after the step)
+        # the token tables' gradients travel from persistent buffers in the parameters' dtype, zero but in written rows
         self.wires = {name: torch.zeros_like(self.params[name]) for name in self.written_rows
                       if self.comms[name] == "reduce_scatter"}
         # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
@@ -934,7 +923,7 @@ class NorMuonAdam:
             transpose_add(grads["embed"], grads["lm_head"])
         reductions = {n: self._launch_reduce(n, grads[n]) for n in active}  # phase 1
 
-        shards, gathers, head_gather = [], [], None
+        shards, gathers = [], {}
         for name in active:  # phase 2
             grad = reductions[name]()
             shards.append(grad)
@@ -942,25 +931,19 @@ class NorMuonAdam:
                 self._adam_step(name, grad, lr_scale)
             else:
                 self._normuon_step(name, grad, lr_scale, muon_momentum)
-            work = self._launch_gather(name)
-            if name == "lm_head":
-                head_gather = work
-            elif work is not None:
-                gathers.append(work)
+            if (work := self._launch_gather(name)) is not None:
+                gathers[name] = work
         grad_sq = self._squared_norm([(n, g) for n, g in zip(active, shards) if n not in NORM_SKIPS])  # before zeroing
 
-        if self.tied and do_adam:  # phase 3
-            if head_gather is not None:
-                head_gather.wait()
+        if self.tied and do_adam:  # phase 3: the tied embedding is copied from the gathered head
+            if "lm_head" in gathers:
+                gathers.pop("lm_head").wait()
             transpose_copy(self.params["lm_head"].data, self.params["embed"].data)
-        elif head_gather is not None:
-            gathers.append(head_gather)
-        for work in gathers:
+        for work in gathers.values():
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
-        done = [n for n in grads if do_adam or PARAM_RULES[n].optim == "normuon"]
-        torch._foreach_zero_([grads[n] for n in done if n not in self.written_rows])
-        for name in (n for n in done if n in self.written_rows):  # a wire holds rows only if its table was reduced
+        torch._foreach_zero_([g for n, g in grads.items() if n not in self.written_rows and (do_adam or n in active)])
+        for name in self.written_rows if do_adam else ():  # token tables are Adam's; a wire holds rows only if reduced
             zero_flagged_rows(grads[name], self.written_rows[name], self.wires.get(name) if name in active else None)
         return grad_sq
 
@@ -1440,13 +1423,12 @@ class Schedule:
 class MicroStepGraphs:
     """Runs forward_backward as CUDA graphs, one per micro-batch shape (one per stage).
 
-    Without graphs the host limits stage 1: its ~660 kernels per micro-batch cost more host time (Python,
-    custom-op dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs
-    normally (it compiles and loads kernels), the second is captured, and from then on each is one replay.
-    A graph replays the addresses it captured: batches are copied into static tensors, the schedule's
-    tensors (MTP weights, rotary table) change in place, and gradients sum into persistent tensors
-    (GPT.gradients). The graphs share one memory pool: they run one at a time, and none keeps anything
-    alive between replays but its loss."""
+    Without graphs the host limits stage 1: its ~660 kernels per micro-batch cost more host time (Python, custom-op
+    dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs normally (it compiles
+    and loads kernels), the second is captured, and from then on each is one replay. A graph replays the addresses it
+    captured: batches are copied into static tensors, the schedule's tensors (MTP weights, rotary table) change in
+    place, and gradients sum into persistent tensors (GPT.gradients). The graphs share one memory pool: they run one at
+    a time, and none keeps anything alive between replays but its loss."""
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
     def __init__(self, forward_backward):
@@ -1600,8 +1582,9 @@ class Trainer:
     def state(self, step: int) -> dict:
         """Everything the steps from `step` on depend on, by reference: weights, optimizer state, data position, and
         what Adam carries over from an even step (nothing before an even step: the odd one before it used it up)."""
+        carried = dict(grads=self.model.gradients(), touched=self.optimizer.touched)  # the bigram rows they touched too
         return dict(step=step, loader=self.loader.position(), model=self.model.state_dict(),
-                    optimizer=self.optimizer.state_dict(), carried=self.carried() if step % 2 == 1 else None)
+                    optimizer=self.optimizer.state_dict(), carried=carried if step % 2 == 1 else None)
 
     def capture(self, good: dict, bad_step: int, detected_at: int) -> str:
         """The guard's capture of a non-finite step, for tools/replay.py: rewind to the snapshot `good`, re-run to the
@@ -1630,16 +1613,11 @@ class Trainer:
         """A copy of state(step) on the device; `into`: an earlier snapshot whose buffers are reused."""
         return copy_tree(self.state(step), into)
 
-    def carried(self) -> dict:
-        """What an even step leaves for the next (Adam) step: its gradients, and the bigram rows they touched."""
-        return dict(grads=self.model.gradients(), touched=self.optimizer.touched)
-
     def restore(self, snap: dict):
         carried, touched = snap["carried"], self.optimizer.touched
-        if carried is None:
-            self.model.load_gradients(None)
-            for rows in touched.values():
-                rows.zero_()
+        if carried is None:  # nothing carried: zero gradients, no rows written or touched
+            torch._foreach_zero_([*self.model.gradients().values(), *self.model.written_rows().values(),
+                                  *touched.values()])
         else:
             self.model.load_gradients(carried["grads"])
             copy_tree(carried["touched"], touched)

@@ -1082,6 +1082,10 @@ class MicroBatch:
     def tensors(self) -> tuple[Tensor, ...]:
         return self.inputs, self.targets, self.cu_seqlens, self.bigram
 
+    def to(self, device: torch.device) -> "MicroBatch":
+        """On `device` (itself if already there); copies from pinned host memory are asynchronous."""
+        return MicroBatch(*(t.to(device, non_blocking=True) for t in self.tensors()))
+
 
 class IndexedShard:
     """A shard's tokens with the start of every sequence, `bos`: its BOS positions, or with --max_doc_tokens those of
@@ -1116,26 +1120,24 @@ class CuSeqlensCapacity:
         return self.capacity[micro_tokens]
 
 
-def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray,
-                     device: torch.device) -> MicroBatch:
-    """buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T inputs (last == T);
-    bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
+def make_micro_batch(buf: np.ndarray, seq_ends: np.ndarray, capacity: int, bigram: np.ndarray, pin: bool) -> MicroBatch:
+    """In host memory, pinned if `pin`: it goes to the GPU where it is used (MicroBatch.to), so batches waiting for
+    their micro-step take no GPU memory. buf: T+1 tokens; seq_ends: (n,) end offsets of the sequences within the T
+    inputs (last == T); bigram: (T,) rows of the bigram table (bigram_hash of the inputs)."""
     T = buf.size - 1
     cu = np.full(capacity, T, dtype=np.int32)
     cu[0] = 0
     cu[1:seq_ends.size + 1] = seq_ends
-    pin = device.type == "cuda"
 
-    def to_device(a: np.ndarray) -> Tensor:
+    def host(a: np.ndarray) -> Tensor:
         t = torch.from_numpy(a)
-        return t.pin_memory().to(device, non_blocking=True) if pin else t
-    return MicroBatch(to_device(buf[:-1].astype(np.int32)), to_device(buf[1:].astype(np.int64)), to_device(cu),
-                      to_device(bigram))
+        return t.pin_memory() if pin else t
+    return MicroBatch(host(buf[:-1].astype(np.int32)), host(buf[1:].astype(np.int64)), host(cu), host(bigram))
 
 
 @dataclass
 class StepData:
-    micro_batches: list[MicroBatch]  # this rank's, in accumulation order
+    micro_batches: list[MicroBatch]  # this rank's, in accumulation order, in host memory (make_micro_batch)
     bigram_rows: list[np.ndarray] | None  # per rank, the bigram table rows its micro-batches look up (sparse exchange)
 
 
@@ -1155,7 +1157,7 @@ class TrainLoader:
                  track_bigram_rows: bool = False):
         """index: the train shards in order, with their sequence starts (check_data)."""
         self.files, self.index = list(index), index
-        self.hp, self.rank, self.world_size, self.device = hp, rank, world_size, device
+        self.hp, self.rank, self.world_size, self.pin = hp, rank, world_size, device.type == "cuda"
         self.bigram_rows, self.capacity, self.track_bigram_rows = bigram_rows, capacity, track_bigram_rows
         self.shard_index, self.doc = start  # current shard, and index into its bos of the next document
         self.next_file = self.shard_index
@@ -1193,7 +1195,7 @@ class TrainLoader:
                 seq_ends = np.cumsum(lengths)
                 seq_ends[-1] -= 1  # the final token is only a target
                 cap = self.capacity.fit(micro_tokens, self.shard.bos, seq_ends.size + 1)
-                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.device))
+                mine.append(make_micro_batch(buf, seq_ends, cap, bigram, self.pin))
         return StepData(mine, None if rows is None else [np.concatenate(r) for r in rows])
 
     def _advance_shard(self):
@@ -1214,7 +1216,7 @@ class ValData:
         """files: the validation shards that hold the tokens, all below the vocabulary size (check_data)."""
         T = hp.val_micro_batch_tokens
         tokens = np.concatenate([read_tokens(f) for f in files])[:hp.val_tokens + 1]
-        self.tokens, self.T, self.device, self.bigram_rows = tokens, T, device, bigram_rows
+        self.tokens, self.T, self.pin, self.bigram_rows = tokens, T, device.type == "cuda", bigram_rows
         self.my_batches = list(range(rank, hp.val_tokens // T, world_size))
         self.bos_id = hp.bos_id
         self.capacity = round_up(max(self._seq_ends(i).size for i in self.my_batches) + 1, 128)
@@ -1230,8 +1232,7 @@ class ValData:
     def batch(self, j: int) -> MicroBatch:
         i = self.my_batches[j]
         buf = self.tokens[i * self.T:(i + 1) * self.T + 1]
-        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows),
-                                self.device)
+        return make_micro_batch(buf, self._seq_ends(i), self.capacity, bigram_hash(buf[:-1], self.bigram_rows), self.pin)
 
 
 @dataclass
@@ -1352,9 +1353,8 @@ class Schedule:
         self.hp = hp
         S = hp.num_scheduled_steps
         self.total_steps = S + hp.num_extension_steps
-        assert S >= STAGES and len(hp.stage_windows) == STAGES + 1 and all(
-            len(getattr(hp, name)) == STAGES
-            for name in ("micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights")), "validate()"
+        assert S >= STAGES and len(hp.stage_windows) == STAGES + 1 and all(len(getattr(hp, name)) == STAGES for name in (
+            "micro_batch_tokens", "stage_seq_lens", "stage_lr_muls", "stage_mtp_weights")), "validate()"
         # stage i covers steps [bounds[i], bounds[i + 1]); the last one is the extension
         self.bounds = [round(i * S / STAGES) for i in range(STAGES + 1)] + [self.total_steps]
         self.transition_steps = self.bounds[1:-1]
@@ -1426,9 +1426,9 @@ class MicroStepGraphs:
     Without graphs the host limits stage 1: its ~660 kernels per micro-batch cost more host time (Python, custom-op
     dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs normally (it compiles
     and loads kernels), the second is captured, and from then on each is one replay. A graph replays the addresses it
-    captured: batches are copied into static tensors, the schedule's tensors (MTP weights, rotary table) change in
-    place, and gradients sum into persistent tensors (GPT.gradients). The graphs share one memory pool: they run one at
-    a time, and none keeps anything alive between replays but its loss."""
+    captured: batches are copied from the host into static tensors, the schedule's tensors (MTP weights, rotary table)
+    change in place, and gradients sum into persistent tensors (GPT.gradients). The graphs share one memory pool: they
+    run one at a time, and none keeps anything alive between replays but its loss."""
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
     def __init__(self, forward_backward):
@@ -1443,14 +1443,14 @@ class MicroStepGraphs:
             if key not in self.seen:
                 self.seen.add(key)
                 return self.forward_backward(mb, sched)
-            static = MicroBatch(*(t.clone() for t in mb.tensors()))
+            static = MicroBatch(*(torch.empty_like(t, device="cuda") for t in mb.tensors()))  # filled below
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 loss = self.forward_backward(static, sched)
             self.graphs[key] = graph, static, loss
         graph, static, loss = self.graphs[key]
         for dst, src in zip(static.tensors(), mb.tensors()):
-            dst.copy_(src)
+            dst.copy_(src, non_blocking=True)
         graph.replay()
         return loss.clone()  # the next replay overwrites `loss`
 
@@ -1539,7 +1539,7 @@ class Trainer:
         self.model.eval()
         self.remake_w8()
         with torch.no_grad():
-            total = sum(self.evaluate(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) for mb in batches)
+            total = sum(self.evaluate(*mb.to(self.rt.device).tensors(), sched, self.w8) for mb in batches)
         self.model.train()
         return total
 
@@ -1559,7 +1559,7 @@ class Trainer:
 
     def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
         """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
-        loss = self.forward(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched, self.w8) * self.model.cfg.loss_scale
+        loss = self.forward(*mb.to(self.rt.device).tensors(), sched, self.w8) * self.model.cfg.loss_scale
         loss.backward()
         return loss.detach()
 

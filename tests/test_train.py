@@ -403,6 +403,7 @@ def test_cuda_graph_replays_match_eager_micro_steps():
         mtp = torch.tensor([1.0, 0.5, 0.25], device="cuda")
 
         def forward_backward(mb, sched):
+            mb = mb.to(torch.device("cuda"))  # as the trainer's: batches wait in pinned host memory
             loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
             loss.backward()
             return loss.detach()
@@ -410,7 +411,7 @@ def test_cuda_graph_replays_match_eager_micro_steps():
         losses = []
         for i, T in enumerate([128, 128, 128, 128, 256, 256, 256]):  # shape 1: run, capture, 2 replays
             mb, sched = batch_for(model, T, seed=i)
-            mb = tg.MicroBatch(*(t.cuda() for t in mb.tensors()))
+            mb = tg.MicroBatch(*(t.pin_memory() for t in mb.tensors()))
             mtp.copy_(torch.tensor([1.0, 0.5 / (i + 1), 0.0]))
             losses.append(step(mb, dataclasses.replace(sched, mtp_weights=mtp)))
         return model, step, torch.stack(losses)
@@ -592,6 +593,19 @@ def test_train_loader_ranks_partition_the_batches(tmp_path):
             seen.append(mb.inputs.numpy())
     # consecutive micro-batches never repeat a document start
     assert len({a.tobytes() for a in seen}) == len(seen)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and copies to a GPU")
+def test_train_batches_wait_in_pinned_host_memory(tmp_path):
+    """A step's micro-batches stay on the host (pinned: asynchronous copies), taking no GPU memory until their
+    micro-step copies them over; MicroBatch.to gives the same values on the GPU."""
+    write_docs(tmp_path, "t_train_000000.bin", doc_stream(np.random.default_rng(0), 400))
+    hp = tg.Hyperparameters(**TINY, bos_id=255, train_files=str(tmp_path / "t_train_*.bin"))
+    loader = tg.TrainLoader(shard_index(hp), hp, 0, 1, torch.device("cuda"), 1280, tg.CuSeqlensCapacity(log=print))
+    for mb in loader.next_step(96, 24).micro_batches:
+        assert all(t.device.type == "cpu" and t.is_pinned() for t in mb.tensors())
+        on_gpu = mb.to(torch.device("cuda"))
+        assert all(g.is_cuda and torch.equal(g.cpu(), t) for g, t in zip(on_gpu.tensors(), mb.tensors()))
 
 
 def test_cu_seqlens_capacity_grows_instead_of_failing():

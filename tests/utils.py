@@ -120,7 +120,7 @@ def batch_for(model: tg.GPT, T: int, seed: int = 0):
     tokens = doc_stream(rng, 4 * T // 10 + 10)[:T + 1]
     starts = np.flatnonzero(tokens[:-1] == 255)
     ends = np.append(starts[starts > 0], T).astype(np.int32)
-    mb = tg.make_micro_batch(tokens, ends, 64, tg.bigram_hash(tokens[:-1], model.bigram_embed.size(0)), torch.device("cpu"))
+    mb = tg.make_micro_batch(tokens, ends, 64, tg.bigram_hash(tokens[:-1], model.bigram_embed.size(0)), pin=False)
     sched = tg.ForwardSchedule(short_window=16, long_window=48, max_seq_len=T,
                                mtp_weights=torch.tensor([1.0, 0.5, 0.25]))
     return mb, sched

@@ -1091,6 +1091,31 @@ def test_trace_summary_reads_a_profiler_trace(tmp_path, capsys):
     assert "host time per step: step 0.70 ms, optimizer_step 0.12 ms" in out
 
 
+def test_trace_summary_leaves_out_the_warm_up_steps_gpu_work(tmp_path, capsys):
+    """The profiler's warm-up step leaves its kernels (and GPU ranges) in the trace without its host ranges: only
+    GPU work launched inside a ProfilerStep range counts, else every step reads a fifth too long."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import trace_summary
+
+    def launched(name, ts, dur, at, cid, cat="kernel"):  # GPU work and the host call that queued it
+        return [{"cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"correlation": cid}},
+                {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": at, "dur": 1, "args": {"correlation": cid}}]
+    events = [{"cat": "user_annotation", "name": "ProfilerStep#1", "ts": 1000, "dur": 1000, "args": {"External id": 7}},
+              {"cat": "user_annotation", "name": "optimizer_step", "ts": 1500, "dur": 100, "args": {"External id": 8}},
+              {"cat": "gpu_user_annotation", "name": "optimizer_step", "ts": 1800, "dur": 300, "args": {"External id": 8}},
+              {"cat": "gpu_user_annotation", "name": "optimizer_step", "ts": 900, "dur": 200, "args": {"External id": 3}}]
+    events += launched("warm_up_kernel", 1050, 400, 950, 1)  # queued in the warm-up step, ran in the traced one
+    events += [{"cat": "kernel", "name": "orphan_kernel", "ts": 1060, "dur": 10, "args": {"correlation": 2}}]
+    events += launched("step_kernel", 1500, 200, 1100, 3) + launched("Memcpy HtoD", 1700, 100, 1200, 4, "gpu_memcpy")
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace_summary.main([str(path)])
+    out = capsys.readouterr().out
+    assert "1 kernels/step; GPU busy 0.2 ms/step" in out and "step_kernel" in out and "warm_up_kernel" not in out, out
+    assert "(2 GPU events launched outside the traced steps left out" in out
+    assert "0.30 ms/step  optimizer_step" in out and "0.50 ms/step  optimizer_step" not in out, out
+
+
 def test_trace_summary_tells_launch_gaps_from_a_dry_queue():
     """Idle time splits into the gaps of <= 5 us between queued kernels and the longer ones; a copy or a fill keeps the
     GPU busy (a profile once read ~1 us per kernel as the host falling behind)."""

@@ -1601,7 +1601,7 @@ class Trainer:
             forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
                          mtp_weights=sched.mtp_weights.tolist()),
             # nothing random runs in a step: no RNG state is needed
-            batches=[{k: t.cpu() for k, t in vars(mb).items()} for mb in data.micro_batches])
+            batches=[dict(vars(mb)) for mb in data.micro_batches])  # host tensors (make_micro_batch)
         self.guard.reset()
         self.train_step(bad_step, data)
         capture["reproduced"] = self.guard.read()[0] == bad_step

@@ -77,14 +77,16 @@ def test_alternates_stops_cold_starts_and_tabulates_medians(tmp_path, capsys, mo
     assert "| B | 80.0 s | 5.14 s | 3.8600 | 191.0 / 381.0 / 571.0 / 571.0 |" in report
     # the means beside the medians: train times 5.400, 5.424 s against 5.130, 5.154 s (Welch on the logs of the
     # means), val losses 3.86, 3.88 against 3.85, 3.87 (df 2, p = 2 * 0.5 (1 - t / sqrt(2 + t^2)) at t = 1/sqrt(2));
-    # every cold start of a side took the same time here: no spread to measure
+    # every cold start of a side took the same time here, and each seed's B run is 0.01 below its A run: no spread
     assert report.endswith("train time B/A 0.9501; cold start B-A -10.0 s; val loss B-A -0.0100\n\n"
-                           "| B against A, means | estimate | 95% interval (Welch) | df | p, either way |\n"
+                           "| B against A, means | estimate | 95% interval | df | p, either way |\n"
                            "| --- | --- | --- | --- | --- |\n"
                            "| train time B/A | 0.9501 | [0.9370, 0.9634] | 2.0 | 0.004 |\n"
                            "| cold start B/A | 0.8889 | not defined: no spread: every run of a side gave the same "
                            "value |  |  |\n"
-                           "| val loss B-A | -0.0100 | [-0.0708, +0.0508] | 2.0 | 0.55 |\n")
+                           "| val loss B-A | -0.0100 | [-0.0708, +0.0508] | 2.0 | 0.55 |\n"
+                           "| val loss B-A, seed by seed (paired t) | -0.0100 | not defined: no spread: every pair "
+                           "differed by the same value |  |  |\n")
 
 
 def test_the_means_with_their_intervals():
@@ -102,6 +104,20 @@ def test_the_means_with_their_intervals():
     assert "| train time B/A | 0.9487 | [0.9354, 0.9622] | 2.5 | 0.0022 |" in report
     assert "| cold start B/A | 0.8602 | not defined: fewer than 2 runs a side (3 and 1) |  |  |" in report
     assert "| val loss B-A | -0.0150 | [-0.0399, +0.0099] | 2.9 | 0.15 |" in report
+
+
+def test_runs_of_the_same_seeds_compare_seed_by_seed():
+    """Seeds 0-2 on both sides, B - A = -0.01, 0, -0.02: mean -0.01, se 0.01 / sqrt(3), df 2, the interval
+    -0.01 +- 4.302653 se = [-0.0348, +0.0148], two-sided p = 1 - |t| / sqrt(2 + t^2) at t = -sqrt(3): 0.2254. Runs
+    that do not pair up one to one (a seed twice on a side, or a seed on one side only) get no paired row."""
+    def run(side, seed, val_loss):
+        return ab.Run(f"{side}_seed{seed}", side, False, seed, Path("c"), False, 20, (1.0,) * 4, 5.0, val_loss)
+    a = [run("A", s, v) for s, v in ((0, 3.86), (1, 3.87), (2, 3.89))]
+    b = [run("B", s, v) for s, v in ((2, 3.87), (0, 3.85), (1, 3.87))]
+    report = ab.table(a + b, Path("a"), Path("b"))
+    assert "| val loss B-A, seed by seed (paired t) | -0.0100 | [-0.0348, +0.0148] | 2.0 | 0.23 |" in report
+    assert "seed by seed" not in ab.table(a + b[:2], Path("a"), Path("b"))
+    assert "seed by seed" not in ab.table(a + b + [run("B", 0, 3.84)], Path("a"), Path("b"))
 
 
 def test_without_cold_starts_the_first_full_runs_have_empty_caches(tmp_path, capsys):

@@ -82,3 +82,32 @@ def test_an_undefined_interval_says_why(compare, a, b, estimate, why):
     c = compare(a, b)
     assert c.undefined == why and c.estimate == pytest.approx(estimate, abs=1e-12)
     assert (c.low, c.high, c.df, c.p_higher, c.p_two_sided) == (None, None, None, None, None)
+
+
+def test_paired_difference_worked_by_hand():
+    """a = 1, 2, 3, 4, b = 2, 4, 3, 7: differences 1, 2, 0, 3 (mean 1.5, s^2 5/3), se = sqrt(5/12), df 3; interval
+    1.5 +- t_{0.975, 3} se = 1.5 +- 3.1824463053 * 0.6454972244; t = 2.3237900077, whose upper tail at df 3 has the
+    closed form 1/2 - (atan(u) + u / (1 + u^2)) / pi, u = t / sqrt(3). Welch on the same numbers is far wider: the
+    pairs' shared part (a's spread) cancels only when paired."""
+    c = stats.paired([1, 2, 3, 4], [2, 4, 3, 7])
+    half = 3.1824463052837 * math.sqrt(5 / 12)
+    assert (c.estimate, c.df) == (1.5, 3)
+    assert (c.low, c.high) == (pytest.approx(1.5 - half, rel=1e-10), pytest.approx(1.5 + half, rel=1e-10))
+    u = 1.5 / math.sqrt(5 / 12) / math.sqrt(3)
+    assert c.p_higher == pytest.approx(0.5 - (math.atan(u) + u / (1 + u * u)) / math.pi, rel=1e-9)
+    welch = stats.difference([1, 2, 3, 4], [2, 4, 3, 7])
+    assert welch.high - welch.low > 1.2 * (c.high - c.low)
+    swapped = stats.paired([2, 4, 3, 7], [1, 2, 3, 4])
+    assert (swapped.low, swapped.high) == (pytest.approx(-c.high), pytest.approx(-c.low))
+
+
+@pytest.mark.parametrize("a,b,why", [([3.86], [3.87], "fewer than 2 pairs (1)"),
+                                     ([1.0, 2.0], [1.5, 2.5], "no spread: every pair differed by the same value")])
+def test_paired_undefined_says_why(a, b, why):
+    c = stats.paired(a, b)
+    assert c.undefined == why and c.low is None and c.p_higher is None
+
+
+def test_paired_sides_must_pair_up():
+    with pytest.raises(ValueError, match="as many runs each"):
+        stats.paired([1.0, 2.0], [1.0])

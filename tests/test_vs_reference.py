@@ -55,8 +55,10 @@ def test_the_record_line(logs, capsys):
     assert out[-1] == ("ab: ratio=0.8400 world=1 reference_s=2.50 project_s=2.10 reference_loss=4.0000 "
                        "project_loss=3.8500 exact_loss=3.8300 seeds=2 device=nvidia-h100-x1 numerics=fp8-head-qkv-mlp "
                        "start_s=55.0 peak_mib=1200 proj_s=- reference_runs=1 loss_diff=+0.0367[-0.1419,+0.2153] "
-                       "loss_p=0.25 mean_ratio=0.8533[0.7143,1.0195] exact_mean_ratio=0.9400[0.7173,1.2318]")
+                       "loss_p=0.25 loss_diff_paired=- loss_p_paired=- mean_ratio=0.8533[0.7143,1.0195] "
+                       "exact_mean_ratio=0.9400[0.7173,1.2318]")
     assert "FP8 loss median - exact median: +0.0200" in out
+    assert "FP8 loss - exact loss, seed by seed: not paired, the --fp8 and --exact runs' seeds differ" in out
     # the reference's stages from its step lines (100 / 200 / 300 / 400 ms), against the project's 80 / 160 / ...
     assert "| reference (ref.txt) | 4.0000 | 2.50 s | 100.0 / 200.0 / 300.0 / 400.0 |  |  |" in out
     assert "| project / reference | -0.1500 | 0.8400 | 0.800 / 0.800 / 0.800 / 0.800 | | |" in out
@@ -117,7 +119,8 @@ def test_several_reference_runs(logs, capsys):
     assert ("train time, exact math mean / reference mean: 0.9216, 95% interval [0.8130, 1.0446] (Welch on the "
             "logs of the means, df 2.0)") in out
     assert " ratio=0.8235 world=1 reference_s=2.55 " in out[-1] and out[-1].endswith(
-        " reference_runs=2 loss_diff=+0.0367[-0.1419,+0.2153] loss_p=0.25 mean_ratio=0.8366[0.7170,0.9762] "
+        " reference_runs=2 loss_diff=+0.0367[-0.1419,+0.2153] loss_p=0.25 loss_diff_paired=- loss_p_paired=- "
+        "mean_ratio=0.8366[0.7170,0.9762] "
         "exact_mean_ratio=0.9216[0.8130,1.0446]")
 
 
@@ -127,7 +130,13 @@ def test_one_run_a_side_leaves_the_loss_interval_undefined(logs, capsys):
     out = capsys.readouterr().out
     assert ("FP8 loss mean - exact mean: +0.0267; 95% interval not defined: fewer than 2 runs a side (1 and 3)\n"
             in out)
-    assert " loss_diff=+0.0267[-,-] loss_p=- mean_ratio=0.8533[0.7143,1.0195] exact_mean_ratio=0.9200[-,-]" in out
+    assert (" loss_diff=+0.0267[-,-] loss_p=- loss_diff_paired=- loss_p_paired=- mean_ratio=0.8533[0.7143,1.0195] "
+            "exact_mean_ratio=0.9200[-,-]") in out
+    assert "nan" not in out.lower()
+    assert vs_reference.main(argv(logs, fp8=("p0",), exact=("e0",))) == 0  # one pair: no spread of differences
+    out = capsys.readouterr().out
+    assert " loss_diff_paired=+0.1100[-,-] loss_p_paired=- " in out
+    assert "seed by seed: +0.1100; 95% interval not defined: fewer than 2 pairs (1)\n" in out
     assert "nan" not in out.lower()
 
 
@@ -176,3 +185,13 @@ def test_refusals(logs, capfd, case, words):
     captured = capfd.readouterr()
     assert e.value.code in (1, 2) and captured.out == ""
     one_error_line(captured.err, *words)
+
+
+def test_runs_of_the_same_seeds_pair_up(logs, capsys):
+    """Seeds 0 and 1 on both sides: FP8 - exact = +0.11 and -0.02, mean +0.045, se 0.065, df 1; the interval
+    +0.045 +- 12.7062 * 0.065 and the one-sided p 1/2 - atan(0.045 / 0.065) / pi = 0.307 (Cauchy at df 1)."""
+    assert vs_reference.main(argv(logs, fp8=("p1", "p0"))) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "loss_diff_paired=+0.0450[-0.7809,+0.8709] loss_p_paired=0.31" in out[-1]
+    assert ("FP8 loss - exact loss, seed by seed: +0.0450, 95% interval [-0.7809, +0.8709] (paired t over 2 seeds, "
+            "df 1.0); one-sided p for a higher FP8 loss: 0.31") in out

@@ -20,7 +20,8 @@ clock (a pip installation ships it compiled; some machines set PYTHONDONTWRITEBY
 Beside the medians, ab.md compares the means over the runs (tools/stats.py): train time and cold start as ratios
 B/A, val loss as the difference B-A, each with its 95% Welch interval and the two-sided p-value for "the means
 differ" (a change may be slower or faster); the interval is not defined, and the table says so, with fewer than two
-runs a side.
+runs a side. Both sides run the same seeds, so the val loss is also compared seed by seed (paired t over the seeds'
+differences), which leaves out what a seed alone moves.
 """
 import argparse
 import os
@@ -176,15 +177,21 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
              "cold start B-A: no cold starts")
     diff = f"val loss B-A {median(loss['B']) - median(loss['A']):+.4f}" if loss["A"] and loss["B"] else ""
     lines += ["", "; ".join(x for x in (ratio, start, diff) if x), "",
-              "| B against A, means | estimate | 95% interval (Welch) | df | p, either way |",
+              "| B against A, means | estimate | 95% interval | df | p, either way |",
               "| --- | --- | --- | --- | --- |"]
-    for name, compare, spec, values in (("train time B/A", stats.ratio, ".4f", train),
-                                        ("cold start B/A", stats.ratio, ".4f", cold),
-                                        ("val loss B-A", stats.difference, "+.4f", loss)):
-        if values["A"] and values["B"]:
-            c = compare(values["A"], values["B"])
-            lines.append(f"| {name} | {c.estimate:{spec}} | {stats.interval_text(c, spec)} | {fmt(c.df, '.1f')} | "
-                         f"{fmt(c.p_two_sided, '.2g')} |")
+    comparisons = [(name, compare(values["A"], values["B"]), spec) for name, compare, spec, values in (
+        ("train time B/A", stats.ratio, ".4f", train), ("cold start B/A", stats.ratio, ".4f", cold),
+        ("val loss B-A", stats.difference, "+.4f", loss)) if values["A"] and values["B"]]
+    full = {side: [r for r in runs if r.side == side and not r.cold] for side in "AB"}
+    by_seed = {side: {r.seed: r.val_loss for r in full[side]} for side in "AB"}
+    if (full["A"] and sorted(by_seed["A"]) == sorted(by_seed["B"])  # a seed's own luck cancels in its pair
+            and all(len(by_seed[side]) == len(full[side]) for side in "AB")):
+        seeds = sorted(by_seed["A"])
+        comparisons.append(("val loss B-A, seed by seed (paired t)",
+                            stats.paired([by_seed["A"][s] for s in seeds], [by_seed["B"][s] for s in seeds]), "+.4f"))
+    for name, c, spec in comparisons:
+        lines.append(f"| {name} | {c.estimate:{spec}} | {stats.interval_text(c, spec)} | {fmt(c.df, '.1f')} | "
+                     f"{fmt(c.p_two_sided, '.2g')} |")
     return "\n".join(lines) + "\n"
 
 

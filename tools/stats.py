@@ -1,6 +1,7 @@
 """Two sets of runs compared by their means, as Welch's t-test does, without scipy: the mean difference b - a or the
 ratio of the means b / a, each with its 95% interval, the Welch-Satterthwaite degrees of freedom and the one-sided
-p-value for "b's mean is above a's" (small: evidence that it is).
+p-value for "b's mean is above a's" (small: evidence that it is). Runs that pair up (the same seed on both sides)
+compare by their differences instead (paired: Student's t over the pairs), which leaves out what the seed alone moves.
 
 Welch, not Student: the two sides' spreads differ (the FP8 runs against the exact math, a change against main), and
 Welch's test does not pool them. Student's t distribution is computed here from the regularized incomplete beta
@@ -117,6 +118,23 @@ def ratio(a: list[float], b: list[float], a_exact: bool = False) -> Comparison:
     the interval holds b's spread alone, with n_b - 1 degrees of freedom."""
     estimate = statistics.fmean(b) / statistics.fmean(a)
     return _welch(estimate, math.log(estimate), (b,) if a_exact else (a, b), True, math.exp)
+
+
+def paired(a: list[float], b: list[float]) -> Comparison:
+    """mean(b_i - a_i) over pairs (a_i, b_i) (e.g. one seed on both sides), Student's interval with n - 1 degrees of
+    freedom: what moves both sides of a pair alike (the seed's initialization and data) cancels."""
+    if len(a) != len(b):
+        raise ValueError(f"paired sides need as many runs each ({len(a)} and {len(b)})")
+    d = [y - x for x, y in zip(a, b)]
+    estimate = statistics.fmean(d)
+    if len(d) < 2:
+        return Comparison(estimate, undefined=f"fewer than 2 pairs ({len(d)})")
+    se = math.sqrt(statistics.variance(d) / len(d))
+    if se == 0.0:
+        return Comparison(estimate, undefined="no spread: every pair differed by the same value")
+    df = len(d) - 1
+    half = t_quantile(0.5 + LEVEL / 2, df) * se
+    return Comparison(estimate, estimate - half, estimate + half, df, t_sf(estimate / se, df))
 
 
 def interval_text(c: Comparison, spec: str) -> str:

@@ -30,6 +30,10 @@ The `ab:` line, its fields in this order, each `name=value` without spaces:
                     `+0.0009[-0.0020,+0.0040]`, or `+0.0009[-,-]` where no interval is defined (fewer than 2 runs a
                     side, or no spread)
   loss_p            the one-sided p-value for "the FP8 mean loss is higher" (2 significant digits), or `-`
+  loss_diff_paired  where the --fp8 and --exact runs have the same seeds: the mean over seeds of the FP8 run's val
+                    loss minus the exact run's, with its 95% interval (paired t: what the seed alone moves cancels);
+                    `-` where the seeds differ
+  loss_p_paired     its one-sided p-value for "FP8 is higher", or `-`
   mean_ratio        the --fp8 runs' mean train time over the reference's mean, with its 95% interval:
                     `0.8484[0.8470,0.8498]`; one reference run is taken as exact, the interval then holding the
                     project's spread alone (n - 1 degrees of freedom; the printed lines say so)
@@ -193,6 +197,9 @@ def main(argv=None):
         lines.append(f"| {name} / reference | {med['loss'] - reference['loss']:+.4f} | "
                      f"{med['train_s'] / reference['train_s']:.4f} | {ratios} | | |")
     loss = stats.difference([r["loss"] for r in exact], [r["loss"] for r in fp8])
+    exact_loss = {r["seed"]: r["loss"] for r in exact}
+    pairs = (stats.paired([exact_loss[r["seed"]] for r in fp8], [r["loss"] for r in fp8])
+             if sorted(exact_loss) == sorted(r["seed"] for r in fp8) else None)
     # one reference run has no spread to measure: it is taken as exact, the interval then holds the project's alone
     one_ref = len(refs) == 1
     time_ratio = {name: stats.ratio([r["train_s"] for r in refs], [r["train_s"] for r in own], a_exact=one_ref)
@@ -203,6 +210,10 @@ def main(argv=None):
     lines += ["", f"FP8 loss median - exact median: {med_fp8['loss'] - med_exact['loss']:+.4f}",
               f"FP8 loss mean - exact mean: {interval(loss, '+.4f', 'Welch')}"
               + ("" if loss.undefined else f"; one-sided p for a higher FP8 mean: {loss.p_higher:.2g}"),
+              "FP8 loss - exact loss, seed by seed: " + (
+                  "not paired, the --fp8 and --exact runs' seeds differ" if pairs is None else
+                  interval(pairs, "+.4f", f"paired t over {len(fp8)} seeds")
+                  + ("" if pairs.undefined else f"; one-sided p for a higher FP8 loss: {pairs.p_higher:.2g}")),
               *(f"train time, {name} mean / reference mean: {interval(c, '.4f', method)}"
                 for name, c in time_ratio.items()),
               f"cold starts: {', '.join(format(c['startup_s'], '.1f') for c in colds)} s; median {start_s:.1f} s", "",
@@ -213,6 +224,8 @@ def main(argv=None):
               f"numerics={numerics_name(fp8[0])} start_s={start_s:.1f} peak_mib={max(r['peak_mib'] for r in fp8)} "
               f"proj_s={'-' if args.proj_s is None else format(args.proj_s, '.1f')} reference_runs={len(refs)} "
               f"loss_diff={field(loss, '+.4f')} loss_p={'-' if loss.undefined else format(loss.p_higher, '.2g')} "
+              f"loss_diff_paired={'-' if pairs is None else field(pairs, '+.4f')} "
+              f"loss_p_paired={'-' if pairs is None or pairs.undefined else format(pairs.p_higher, '.2g')} "
               f"mean_ratio={field(time_ratio['project'], '.4f')} "
               f"exact_mean_ratio={field(time_ratio['exact math'], '.4f')}"]
     print("\n".join(lines))

@@ -164,11 +164,11 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
                      f"{fmt(r.val_loss, '.4f')} | {fmt(r.peak_mib, ',', ' MiB')} |")
     lines += ["", "| medians | cold start | train time | val loss | ms/step by stage |", "| --- | --- | --- | --- | --- |"]
     cold, train, loss = {}, {}, {}  # by side: the cold starts' start-ups, the full runs' train times and val losses
+    full = {side: [r for r in runs if r.side == side and not r.cold] for side in "AB"}
     for side in "AB":
-        full = [r for r in runs if r.side == side and not r.cold]
         cold[side] = [r.startup_s for r in runs if r.side == side and r.cold]
-        train[side], loss[side] = [r.train_s for r in full], [r.val_loss for r in full]
-        stages = [median(list(ms)) for ms in zip(*(r.stage_ms for r in full))]
+        train[side], loss[side] = [r.train_s for r in full[side]], [r.val_loss for r in full[side]]
+        stages = [median(list(ms)) for ms in zip(*(r.stage_ms for r in full[side]))]
         lines.append(f"| {side} | {fmt(median(cold[side]), '.1f', ' s')} | {fmt(median(train[side]), '.2f', ' s')} | "
                      f"{fmt(median(loss[side]), '.4f')} | {' / '.join(f'{ms:.1f}' for ms in stages)} |")
     ratio = (f"train time B/A {median(train['B']) / median(train['A']):.4f}" if train["A"] and train["B"] else
@@ -182,7 +182,6 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
     comparisons = [(name, compare(values["A"], values["B"]), spec) for name, compare, spec, values in (
         ("train time B/A", stats.ratio, ".4f", train), ("cold start B/A", stats.ratio, ".4f", cold),
         ("val loss B-A", stats.difference, "+.4f", loss)) if values["A"] and values["B"]]
-    full = {side: [r for r in runs if r.side == side and not r.cold] for side in "AB"}
     by_seed = {side: {r.seed: r.val_loss for r in full[side]} for side in "AB"}
     if (full["A"] and sorted(by_seed["A"]) == sorted(by_seed["B"])  # a seed's own luck cancels in its pair
             and all(len(by_seed[side]) == len(full[side]) for side in "AB")):

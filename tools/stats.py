@@ -122,7 +122,7 @@ def ratio(a: list[float], b: list[float], a_exact: bool = False) -> Comparison:
 
 def paired(a: list[float], b: list[float]) -> Comparison:
     """mean(b_i - a_i) over pairs (a_i, b_i) (e.g. one seed on both sides), Student's interval with n - 1 degrees of
-    freedom: what moves both sides of a pair alike (the seed's initialization and data) cancels."""
+    freedom: what moves both sides of a pair alike (e.g. the seed's initial weights) cancels."""
     if len(a) != len(b):
         raise ValueError(f"paired sides need as many runs each ({len(a)} and {len(b)})")
     d = [y - x for x, y in zip(a, b)]

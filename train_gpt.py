@@ -104,7 +104,8 @@ class Hyperparameters:
     inject_fault_step: int = -1  # try the guard: this step's loss weights are NaN, so its loss and gradients are too
     profile_steps: str = runtime("")  # "a:b": torch.profiler Chrome trace of steps a..b-1 (rank 0) in log_dir
     sync_debug: bool = runtime(False)  # CUDA: warn on any device->host sync inside the timed steps
-    emulate_world_size: int = 0  # timing only: one process runs rank 0's share of a W-GPU step, no collectives
+    emulate_world_size: int = 0  # timing only: one process runs one rank's share of a W-GPU step, no collectives
+    emulate_rank: int = 0  # that rank (a compile helper: its run's, whose optimizer shards make other graphs than rank 0's)
 
 
 def validate(hp: Hyperparameters):
@@ -121,8 +122,7 @@ def validate(hp: Hyperparameters):
     need(0 <= hp.bos_id < hp.vocab_size, f"--bos_id {hp.bos_id} must be a token id below --vocab_size {hp.vocab_size}")
     need(hp.val_tokens > 0 and hp.val_micro_batch_tokens > 0 and hp.val_tokens % hp.val_micro_batch_tokens == 0,
          f"--val_tokens {hp.val_tokens} must be a positive multiple of --val_micro_batch_tokens {hp.val_micro_batch_tokens}")
-    need(hp.num_scheduled_steps >= STAGES,
-         f"--num_scheduled_steps {hp.num_scheduled_steps} must be at least {STAGES} (one per stage)")
+    need(hp.num_scheduled_steps >= STAGES, f"--num_scheduled_steps {hp.num_scheduled_steps} must be at least {STAGES} (one per stage)")
     need(hp.num_extension_steps >= 0, f"--num_extension_steps {hp.num_extension_steps} must be 0 or more")
     for name in ("cooldown_frac", "final_lr_frac"):
         need(0.0 <= getattr(hp, name) <= 1.0, f"--{name} {getattr(hp, name)} must be in [0, 1]")
@@ -175,6 +175,7 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
+    need(0 <= hp.emulate_rank < max(hp.emulate_world_size, 1), f"--emulate_rank {hp.emulate_rank} must be a rank of --emulate_world_size {hp.emulate_world_size}")
     total = hp.num_scheduled_steps + hp.num_extension_steps  # a setting that cannot take effect in the run is refused
     extent = f"this run's {total} steps (0 to {total - 1}: --num_scheduled_steps + --num_extension_steps)"
     need(-1 <= hp.inject_fault_step < total, f"--inject_fault_step {hp.inject_fault_step} must be -1 or in {extent}")
@@ -205,8 +206,8 @@ def check_files(hp: Hyperparameters):  # --check: the globs match shard files, n
     check_roles(dict.fromkeys(find_shards(hp.train_files, "train")), dict.fromkeys(find_shards(hp.val_files, "val")))
 
 
-if __name__ == "__main__":  # --help, --check and setting errors answer before the heavy imports below
-    program(lambda argv: parse_args(argv, Hyperparameters, validate, check_files))(sys.argv[1:])
+if __name__ == "__main__":  # --help, --check and setting errors answer, and a cold start's helpers start, before the heavy imports
+    program(lambda argv: compile_helpers.spawn(parse_args(argv, Hyperparameters, validate, check_files)[0], __file__, argv))(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -1616,8 +1617,7 @@ class Trainer:
     def restore(self, snap: dict):
         carried, touched = snap["carried"], self.optimizer.touched
         if carried is None:  # nothing carried: zero gradients, no rows written or touched
-            torch._foreach_zero_([*self.model.gradients().values(), *self.model.written_rows().values(),
-                                  *touched.values()])
+            torch._foreach_zero_([*self.model.gradients().values(), *self.model.written_rows().values(), *touched.values()])
         else:
             self.model.load_gradients(carried["grads"])
             copy_tree(carried["touched"], touched)
@@ -1749,7 +1749,7 @@ def main(argv: list[str] | None = None) -> int:
     hp, given = parse_args(argv, Hyperparameters, validate, check_files)
     check_resume(hp)
     os.environ.setdefault("PYTORCH_ALLOC_CONF", "expandable_segments:True")  # less fragmentation across stage shapes
-    helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU: their imports overlap the run's
+    helpers = compile_helpers.start(hp, __file__, argv)  # a cold start's, on a GPU (started above, before the imports)
     rt = setup_runtime(hp, MICRO_BATCHES)
     if rt.device.type == "cpu":
         keep_freed_memory()
@@ -1781,7 +1781,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}; "
                 f"CE sigmoid from tanh.approx: {cfg.tanh_sigmoid}; CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
-            emulated = "emulated: rank 0's share in this one process; " if hp.emulate_world_size else ""
+            emulated = f"emulated: rank {rt.rank}'s share in this one process; " if hp.emulate_world_size else ""
             # the world size, which tools/vs_reference.py puts on a record's line (nothing else in the log says it)
             log(f"world: {rt.world_size} ({emulated}gradient accumulation {rt.grad_accum_steps})")
             trainer.run(resume)

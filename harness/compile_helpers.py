@@ -33,13 +33,14 @@ import sys
 import tempfile
 import time
 
-from harness.launch import read_launch
+from harness.launch import Launch, read_launch
 
 ROLE = "TRAIN_GPT_COMPILE_HELPER"  # in a helper's environment: "<role>:<the run's pid>"
 WAIT_S = 180.0  # the run waits this long at most for a helper it needs (a cold backward: 20-30 s)
 # the optimizer's few graphs need no pool of 16-32 compile workers beside the run's and the others'
 ROLES = dict(backward={}, optimizer={"TORCHINDUCTOR_COMPILE_THREADS": "2"}, validation={})
 HOOKS = ("_aot_stage2b_fw_compile", "_aot_stage2b_bw_compile")
+DRIVER = "/dev/nvidiactl"  # present where an NVIDIA driver is loaded: spawn()'s guess, before torch can say
 
 
 def role() -> str:
@@ -53,14 +54,31 @@ def wanted(settings) -> bool:
             and settings.device != "cpu")
 
 
+_spawned: "CompileHelpers | None" = None  # spawn()'s helpers, until start() keeps or stops them
+
+
+def spawn(settings, script: str, argv: list[str]):
+    """The helpers started before the run imports torch (train_gpt.py's __main__ path), where they are wanted and an
+    NVIDIA driver is present: their own imports (~4 s) then overlap the run's instead of following them, and the
+    backward helper, the cold start's critical path, ends as much earlier. start() keeps them, or stops them where
+    CUDA or the hooks turn out to be missing."""
+    global _spawned
+    if wanted(settings) and os.path.exists(DRIVER):
+        _spawned = CompileHelpers(script, argv, read_launch(), bool(settings.emulate_world_size))
+
+
 def start(settings, script: str, argv: list[str]) -> "CompileHelpers | None":
-    """The helpers of this run, hooked to its backward compile; None where they cannot help (not wanted, no CUDA,
-    no hooks)."""
+    """The helpers of this run (spawn()'s, else started now), hooked to its backward compile; None where they cannot
+    help (not wanted, no CUDA, no hooks)."""
+    global _spawned
     import torch
     from torch._functorch._aot_autograd import graph_compile
+    helpers, _spawned = _spawned, None
     if not (wanted(settings) and torch.cuda.is_available() and all(hasattr(graph_compile, h) for h in HOOKS)):
+        if helpers:
+            helpers.stop()
         return None
-    helpers = CompileHelpers(script, argv, read_launch().world_size, bool(settings.emulate_world_size))
+    helpers = helpers or CompileHelpers(script, argv, read_launch(), bool(settings.emulate_world_size))
     helpers.hook()
     return helpers
 
@@ -74,12 +92,15 @@ def die_with_run() -> bool:
 
 class CompileHelpers:
     """Starts the helpers on this process's GPU (LOCAL_RANK stays; RANK and WORLD_SIZE go, so a helper joins no
-    process group and runs as rank 0 of an emulated world of the same size); hook() makes the run's backward compile
-    wait for the backward helper."""
+    process group and runs this rank's share of an emulated world of the same size: the optimizer's graphs differ by
+    rank, as its shards are views at other offsets, and a rank 1 whose helpers ran rank 0's compiled its own
+    NorMuon graphs after the backward, ~3-4 s that rank 0 waited at a world-2 cold start); hook() makes the run's
+    backward compile wait for the backward helper."""
 
-    def __init__(self, script: str, argv: list[str], world_size: int, emulated: bool):
+    def __init__(self, script: str, argv: list[str], launch: Launch, emulated: bool):
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-        emulate = ["--emulate_world_size", str(world_size)] if world_size > 1 and not emulated else []
+        emulate = (["--emulate_world_size", str(launch.world_size), "--emulate_rank", str(launch.rank)]
+                   if launch.world_size > 1 and not emulated else [])
         self.errors = {name: tempfile.TemporaryFile() for name in ROLES}  # nameless: read by stop() if one fails
         self.procs = {name: subprocess.Popen([sys.executable, script, *argv, *emulate],
                                              env={**env, **more, ROLE: f"{name}:{os.getpid()}"},

@@ -140,7 +140,8 @@ class Runtime:
 
     @property
     def is_master(self) -> bool:
-        return self.rank == 0
+        """Whether this process writes the run's log: rank 0, or a process alone (an emulated rank too)."""
+        return self.rank == 0 or not self.distributed
 
     @property
     def distributed(self) -> bool:
@@ -181,11 +182,11 @@ def setup_runtime(args, micro_batches: int) -> Runtime:
         dist.broadcast_object_list(chosen, 0)
         if rank != 0:
             attention = select_attention(args.attention, device, args.fa3_hub_wait, routes=(chosen[0],))
-    if args.emulate_world_size:  # rank 0 of a larger run, alone: its data, shards and math, without its peers
+    if args.emulate_world_size:  # a rank of a larger run, alone: its data, shards and math, without its peers
         if world_size > 1:
             raise UserError(f"--emulate_world_size {args.emulate_world_size} runs in one process; start it "
                             "with python3 or torchrun --nproc_per_node=1")
-        world_size = args.emulate_world_size
+        rank, world_size = args.emulate_rank, args.emulate_world_size
     return Runtime(rank, world_size, device, micro_batches // world_size, attention)
 
 

@@ -23,6 +23,7 @@ from torch._functorch._aot_autograd import graph_compile
 
 from harness import compile_helpers
 from harness.cli import UserError
+from harness.launch import Launch
 from harness.report import TrainClock
 from tests.utils import REPO, TINY_FLAGS, cpu_trainer, settings
 
@@ -47,11 +48,13 @@ class Popen:
 
 @pytest.fixture
 def gpu_machine(monkeypatch):
-    """A machine where helpers can start: CUDA, helpers recorded by Popen instead of started."""
+    """A machine where helpers can start: a driver, CUDA, helpers recorded by Popen instead of started."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(compile_helpers.subprocess, "Popen", Popen)
     monkeypatch.setattr(compile_helpers.atexit, "register", lambda fn: None)
     monkeypatch.setattr(graph_compile, "_aot_stage2b_bw_compile", graph_compile._aot_stage2b_bw_compile)  # restored
+    monkeypatch.setattr(compile_helpers, "_spawned", None)
+    monkeypatch.setattr(compile_helpers, "DRIVER", sys.executable)  # a file that exists
     Popen.started = []
     return monkeypatch
 
@@ -86,10 +89,49 @@ def test_start_hooks_the_runs_backward_compile_once_and_stop_unhooks_it(gpu_mach
     assert graph_compile._aot_stage2b_bw_compile is hook and helpers.procs == {}
 
 
+def test_helpers_spawned_before_the_imports_are_kept_by_start_or_stopped(gpu_machine, tmp_path):
+    """train_gpt.py's __main__ path starts the helpers before torch is imported, where a driver is present: start()
+    hooks those (it starts no second set), or stops them where CUDA turns out not to be usable."""
+    driver, flags = tmp_path / "nvidiactl", ["--seed", "1"]
+    gpu_machine.setattr(compile_helpers, "DRIVER", str(driver))
+    compile_helpers.spawn(wanted(), "train_gpt.py", flags)  # no driver
+    driver.touch()
+    compile_helpers.spawn(wanted(device="cpu"), "train_gpt.py", flags)  # not wanted
+    assert Popen.started == [] and compile_helpers._spawned is None
+    compile_helpers.spawn(wanted(), "train_gpt.py", flags)
+    spawned = compile_helpers._spawned
+    assert len(Popen.started) == 3 and spawned.compile_backward is None  # hooked only once torch is imported
+    assert compile_helpers.start(wanted(), "train_gpt.py", flags) is spawned and len(Popen.started) == 3
+    assert spawned.compile_backward is not None and compile_helpers._spawned is None
+    spawned.stop()
+    compile_helpers.spawn(wanted(), "train_gpt.py", flags)
+    spawned = compile_helpers._spawned
+    gpu_machine.setattr(torch.cuda, "is_available", lambda: False)  # e.g. CUDA_VISIBLE_DEVICES=""
+    assert compile_helpers.start(wanted(), "train_gpt.py", flags) is None
+    assert spawned.procs == {} and compile_helpers._spawned is None and len(Popen.started) == 6
+
+
+def test_train_gpt_spawns_its_helpers_with_its_settings_before_importing_torch(tmp_path):
+    code = textwrap.dedent(f"""
+        import runpy, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from harness import compile_helpers
+        def spawn(settings, script, argv):
+            print("torch imported:", "torch" in sys.modules, "seed:", settings.seed, "argv:", argv)
+            raise SystemExit(0)
+        compile_helpers.spawn = spawn
+        sys.argv = ["train_gpt.py", "--seed", "7"]
+        runpy.run_path({str(REPO / "train_gpt.py")!r}, run_name="__main__")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert out.stdout.strip() == "torch imported: False seed: 7 argv: ['--seed', '7']", out.stderr
+
+
 def test_a_bad_launch_environment_is_refused_with_the_runs_one_line(gpu_machine):
     gpu_machine.setenv("WORLD_SIZE", "two")
-    with pytest.raises(UserError, match="WORLD_SIZE='two' must be an integer"):
-        compile_helpers.start(wanted(), "train_gpt.py", [])
+    for begin in (compile_helpers.start, compile_helpers.spawn):
+        with pytest.raises(UserError, match="WORLD_SIZE='two' must be an integer"):
+            begin(wanted(), "train_gpt.py", [])
     assert Popen.started == []
 
 
@@ -106,21 +148,22 @@ def test_the_private_functions_the_helpers_replace_keep_their_signatures():
 
 
 @pytest.mark.parametrize("emulated", [False, True])
-def test_helpers_run_the_same_settings_as_rank_0_of_an_emulated_world(emulated, gpu_machine):
+def test_helpers_run_the_same_settings_as_their_rank_of_an_emulated_world(emulated, gpu_machine):
     """Under torchrun a helper drops RANK and WORLD_SIZE (it joins no process group), keeps LOCAL_RANK (this rank's
-    GPU) and runs the same flags plus --emulate_world_size, so that it traces the graphs this rank compiles (an
-    emulated run's flags already say it)."""
+    GPU) and runs the same flags plus --emulate_world_size and --emulate_rank, so that it traces the graphs this rank
+    compiles (the optimizer's differ by rank); an emulated run's flags already say it."""
     gpu_machine.setenv("RANK", "0" if emulated else "3")
     gpu_machine.setenv("WORLD_SIZE", "1" if emulated else "8")
     gpu_machine.setenv("LOCAL_RANK", "3")
     gpu_machine.setenv("MASTER_ADDR", "localhost")
     gpu_machine.setenv("MASTER_PORT", "29500")
-    flags = ["--seed", "1", "--emulate_world_size", "8"] if emulated else ["--seed", "1"]
+    flags = ["--seed", "1", "--emulate_world_size", "8", "--emulate_rank", "5"] if emulated else ["--seed", "1"]
     assert compile_helpers.start(wanted(emulate_world_size=8 if emulated else 0), "train_gpt.py", flags) is not None
     roles = [env[compile_helpers.ROLE] for _, env, _ in Popen.started]
     assert roles == [f"{role}:{os.getpid()}" for role in ("backward", "optimizer", "validation")]
     for cmd, env, kwargs in Popen.started:
-        assert cmd[1:] == ["train_gpt.py", "--seed", "1", "--emulate_world_size", "8"]
+        assert cmd[1:] == ["train_gpt.py", "--seed", "1", "--emulate_world_size", "8", "--emulate_rank",
+                           "5" if emulated else "3"]
         assert "RANK" not in env and "WORLD_SIZE" not in env and env["LOCAL_RANK"] == "3"
         assert kwargs["start_new_session"]  # stop() ends each helper's whole process group
 
@@ -149,7 +192,7 @@ def test_stop_ends_a_running_helper_with_its_children_and_reports_a_failed_one(t
     script, pid_file = tmp_path / "helper.py", tmp_path / "child.pid"
     script.write_text(SLOW_OR_FAILING.format(repo=str(REPO), pid_file=str(pid_file)))
     hook = graph_compile._aot_stage2b_bw_compile
-    helpers = compile_helpers.CompileHelpers(str(script), [], 1, False)
+    helpers = compile_helpers.CompileHelpers(str(script), [], Launch(0, 1, 0), False)
     helpers.hook()
     assert graph_compile._aot_stage2b_bw_compile is not hook  # the run's backward waits
     deadline = time.time() + 60
@@ -175,6 +218,7 @@ TOY = textwrap.dedent("""
     import torch
     sys.path.insert(0, {repo!r})
     from harness import compile_helpers
+    from harness.launch import Launch
 
     def toy(x, w):  # dynamic shapes: Inductor compiles the backward right after the forward, as for the model
         return ((x @ w).relu() * x.sum(1, keepdim=True)).sum()
@@ -206,7 +250,7 @@ TOY = textwrap.dedent("""
         work = dict(backward=lambda: forward_backward(compiled), optimizer=lambda: forward_backward(toy),
                     validation=lambda: validate(compiled_evaluate))[compile_helpers.role()]
         sys.exit(compile_helpers.serve(work))
-    helpers = compile_helpers.CompileHelpers(__file__, [], 1, False)
+    helpers = compile_helpers.CompileHelpers(__file__, [], Launch(0, 1, 0), False)
     helpers.hook()
     loss = forward_backward(compiled)
     helpers.wait("validation")

@@ -74,6 +74,9 @@ def test_parse_args_forms_and_types():
     (["--profile_steps", "5:3"], "--profile_steps '5:3' must look like 100:103"),
     (["--attention", "flash"], "--attention must be one of auto, fa3, varlen, sdpa, not 'flash'"),
     (["--emulate_world_size", "3"], "--emulate_world_size 3 must divide 8"),
+    (["--emulate_rank", "1"], "--emulate_rank 1 must be a rank of --emulate_world_size 0"),
+    (["--emulate_world_size", "8", "--emulate_rank", "8"], "--emulate_rank 8 must be a rank of --emulate_world_size 8"),
+    (["--emulate_world_size", "2", "--emulate_rank", "-1"], "--emulate_rank -1 must be a rank"),
     (["--max_doc_tokens", "-1"], "--max_doc_tokens -1 must be 0 (off) or more"),
     (["--device", "cpu", "--micro_batch_tokens", "(127, 255, 383)", "--stage_seq_lens", "(129, 128, 128)"],
      "may exceed --micro_batch_tokens (127, 255, 383) by one token at most"),
@@ -1058,12 +1061,14 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
             assert differ <= 0.25, (name, differ)
 
 
-def test_an_emulated_rank_says_so_in_its_world_line(tmp_path, synthetic_data):
-    """--emulate_world_size: the world line names the emulated world and that one process runs rank 0's share."""
+@pytest.mark.parametrize("rank", [0, 5])
+def test_an_emulated_rank_says_so_in_its_world_line(rank, tmp_path, synthetic_data):
+    """--emulate_world_size: the world line names the emulated world and the rank whose share this one process runs
+    (--emulate_rank), which writes the log as a process alone."""
     r = run_script(sharded_flags(synthetic_data, tmp_path) + ["--num_scheduled_steps", "3", "--emulate_world_size", "8",
-                                                               "--run_id", "em"])
+                                                               "--emulate_rank", str(rank), "--run_id", "em"])
     assert r.returncode == 0, r.stderr[-2000:]
-    line = "world: 8 (emulated: rank 0's share in this one process; gradient accumulation 1)\n"
+    line = f"world: 8 (emulated: rank {rank}'s share in this one process; gradient accumulation 1)\n"
     assert f"\n{line}" in r.stdout and f"\n{line}" in (tmp_path / "em.txt").read_text()
 
 

@@ -222,7 +222,7 @@ from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, 
 from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_runtime  # noqa: E402
 from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
-from harness.report import StepLines, TrainClock, compile_time_breakdown, peak_memory, summary  # noqa: E402
+from harness.report import StepLines, TrainClock, compile_time_breakdown, compiled_by_rank, peak_memory, summary  # noqa: E402
 from kernels.attention import Attention, attend  # noqa: E402
 from kernels.configs import PersistentRowReductions  # noqa: E402
 from kernels.embedding import lookup_op, round_flagged_rows, zero_flagged_rows  # noqa: E402
@@ -1691,7 +1691,7 @@ class Trainer:
         if hp.compile:  # the warm-up compiled every timed graph: say why if anything recompiles after it
             torch._logging.set_logs(recompiles=True)
         if self.rt.distributed:  # the clocks start together: rank 0's would time a rank still compiling (19 s once)
-            dist.barrier()
+            log(compiled_by_rank(self.rt.world_size))  # a gather, which waits for every rank
         start = resume["state"]["step"] if resume else 0
         if resume:  # a checkpoint (its clock goes on below)
             self.restore(resume["state"])

@@ -1,5 +1,6 @@
 """What a run reports about itself: the training clock (validation, checkpoints and warm-up excluded; ms/step per
-stage), torch.compile's share of the start-up, peak memory, and the end-of-run summary with MFU."""
+stage), torch.compile's share of the start-up and each rank's compiled graphs, peak memory, and the end-of-run summary
+with MFU."""
 import collections
 import math
 import resource
@@ -115,6 +116,16 @@ def compile_time_breakdown() -> str:
     return (f"{seconds['_compile.compile_inner']:.1f}s in compiled frames (forward graphs incl. their Inductor work), "
             f"Inductor {seconds['compile_fx_inner']:.1f}s over forward and backward graphs, of which "
             f"{seconds['async_compile.wait'] + seconds['PyCodeCache.load_by_key_path']:.1f}s building and loading kernels")
+
+
+def compiled_by_rank(world_size: int) -> str:
+    """Every rank's count of the graphs it compiled itself (Inductor's cache misses), gathered after the warm-up; the
+    gather waits for every rank, as a barrier would. Ranks compile the same graphs: one that compiled more found none
+    of what its compile helpers made for it, unseen in rank 0's `compile helpers:` line (rank 1 once compiled its
+    NorMuon graphs itself: records/enwiki-124/2026-11-29_helpers-early-own-rank)."""
+    counts = [None] * world_size
+    dist.all_gather_object(counts, torch._dynamo.utils.counters["inductor"]["fxgraph_cache_miss"])
+    return f"graphs each rank compiled itself: {', '.join(map(str, counts))}"
 
 
 def peak_memory(device: torch.device) -> str:

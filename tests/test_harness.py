@@ -1,4 +1,4 @@
-"""harness/: the step lines' deferred values, the training clock and the step profiler.
+"""harness/: the step lines' deferred values, the training clock, the step profiler and each rank's compiled graphs.
 
     python3 -m pytest -q tests/test_harness.py
 """
@@ -34,6 +34,16 @@ def test_step_lines_wait_for_their_values_then_print_in_order():
     lines.flush(5)
     assert [line.split(" ")[0] for line in printed] == [f"step:{n}/5" for n in range(1, 6)]
     assert "train_loss:0.2500 grad_norm:0.5000 train_time:" in printed[-1]
+
+
+def test_each_ranks_compiled_graphs_are_gathered_in_rank_order(monkeypatch):
+    """A rank whose compile helpers' graphs were missed compiled more than the others: the gathered line shows it
+    (rank 0's own `compile helpers:` line cannot). Gathered by a stand-in for three ranks, this process being rank 1."""
+    def all_gather_object(out, mine):
+        out[:] = [2, mine, 2]
+    monkeypatch.setattr(report.dist, "all_gather_object", all_gather_object)
+    monkeypatch.setitem(torch._dynamo.utils.counters["inductor"], "fxgraph_cache_miss", 4)
+    assert report.compiled_by_rank(3) == "graphs each rank compiled itself: 2, 4, 2"
 
 
 def test_clock_pauses_and_times_each_stage(monkeypatch):

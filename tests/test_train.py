@@ -1048,6 +1048,7 @@ def test_sharded_ranks_match_one_process_with_accumulation(tmp_path, synthetic_d
     many = run_script(sharded_flags(synthetic_data, tmp_path) + ["--run_id", "many"], nproc=world_size)
     assert many.returncode == 0, many.stderr[-2000:]
     assert f"\nworld: {world_size} (gradient accumulation {8 // world_size})\n" in many.stdout
+    assert f"\ngraphs each rank compiled itself: {', '.join(['0'] * world_size)}\n" in many.stdout  # eager
     (l1,), (l2,) = val_losses(one_process_run["stdout"]), val_losses(many.stdout)
     assert abs(l1 - l2) < 2e-3, (l1, l2)
     s1 = torch.load(one_process_run["checkpoint"], weights_only=True)["state"]["model"]

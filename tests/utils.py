@@ -90,11 +90,11 @@ def cpu_runtime(world_size: int = 1, rank: int = 0) -> tg.Runtime:
                       Attention("sdpa", "sdpa", "masked SDPA"))
 
 
-def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1, helper: str = "") -> tg.Trainer:
+def cpu_trainer(hp: tg.Hyperparameters, world_size: int = 1, helper: str = "", rank: int = 0) -> tg.Trainer:
     """A Trainer of these settings in this process (data checked as main() does), logging nowhere; helper: as a
-    compile helper of that role builds it."""
+    compile helper of that role builds it; world_size > 1: that rank of an emulated world."""
     schedule = tg.Schedule(hp)
-    rt = cpu_runtime(world_size)
+    rt = cpu_runtime(world_size, rank)
     return tg.Trainer(hp, rt, schedule, tg.check_data(hp, schedule, rt.world_size),
                       Logger(hp.log_dir, "test", is_master=False), StopRequest(), helper=helper)
 

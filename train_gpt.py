@@ -175,7 +175,7 @@ def validate(hp: Hyperparameters):
         need(getattr(hp, name) >= 0, f"--{name} {getattr(hp, name)} must be 0 (off) or more")
     need(hp.emulate_world_size == 0 or MICRO_BATCHES % hp.emulate_world_size == 0,
          f"--emulate_world_size {hp.emulate_world_size} must divide {MICRO_BATCHES}: 1, 2, 4 or 8")
-    need(0 <= hp.emulate_rank < max(hp.emulate_world_size, 1), f"--emulate_rank {hp.emulate_rank} must be a rank of --emulate_world_size {hp.emulate_world_size}")
+    need(0 <= hp.emulate_rank < max(hp.emulate_world_size, 1), f"--emulate_rank {hp.emulate_rank} must be a rank of --emulate_world_size {hp.emulate_world_size or '(set it first)'}")
     total = hp.num_scheduled_steps + hp.num_extension_steps  # a setting that cannot take effect in the run is refused
     extent = f"this run's {total} steps (0 to {total - 1}: --num_scheduled_steps + --num_extension_steps)"
     need(-1 <= hp.inject_fault_step < total, f"--inject_fault_step {hp.inject_fault_step} must be -1 or in {extent}")

@@ -74,8 +74,8 @@ def head_loss_backward_op(grad_loss: Tensor, grad_logits: Tensor, x_saved: Tenso
         grad_x = torch._scaled_mm(grad_logits, w_saved.T, scale_a=g_scale, scale_b=one * w_scale,
                                   out_dtype=torch.bfloat16, use_fast_accum=False)
         grad_w = torch._scaled_mm(transposed(x_saved), transposed(grad_logits).T, scale_a=one * x_scale,
-                                  scale_b=g_scale, out_dtype=torch.float32, use_fast_accum=False)
-        return grad_x, grad_w.to(torch.bfloat16)
+                                  scale_b=g_scale, out_dtype=torch.bfloat16, use_fast_accum=False)
+        return grad_x, grad_w
     return grad_loss * (grad_logits @ w_saved.T), grad_loss * (x_saved.T @ grad_logits)
 
 

@@ -1,4 +1,5 @@
-"""harness/: the step lines' deferred values, the training clock, the step profiler and each rank's compiled graphs.
+"""harness/: the step lines' deferred values, the training clock, the step profiler, each rank's compiled graphs and
+the host threads of a GPU run.
 
     python3 -m pytest -q tests/test_harness.py
 """
@@ -8,6 +9,9 @@ import pytest
 import torch
 
 import harness.report as report
+import kernels.attention
+import train_gpt as tg
+from harness.launch import setup_runtime
 from harness.report import StepLines, TrainClock
 
 
@@ -89,3 +93,21 @@ def test_profiler_says_why_a_resumed_run_has_no_trace(tmp_path):
         profiler.step()
     assert lines == ["no profiler trace: --profile_steps 3:5 starts before step 4, where this run resumed"]
     assert not (tmp_path / "p_trace.json").exists()
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_gpu_process_runs_its_host_work_on_one_thread(monkeypatch, gpu):
+    """torchrun gives each of several processes one OpenMP thread; a lone GPU process (world 1, an emulated rank) gets
+    the same, while a CPU run keeps its threads for the model's math."""
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(kernels.attention, "select_attention", lambda *args, **kwargs: "route")
+    try:
+        torch.set_num_threads(2)
+        rt = setup_runtime(tg.Hyperparameters(), tg.MICRO_BATCHES)
+        assert rt.device.type == ("cuda" if gpu else "cpu")
+        assert torch.get_num_threads() == (1 if gpu else 2)
+    finally:
+        torch.set_num_threads(threads)

@@ -173,7 +173,7 @@ def setup_runtime(args, micro_batches: int) -> Runtime:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         # The host's tensor work beside a GPU is small index and copy operations, which OpenMP's threads stalled for
-        # up to 12 ms each (records/enwiki-124/2026-11-29_one-host-thread): one thread, as torchrun gives each of
+        # up to 16 ms each (records/enwiki-124/2026-11-29_one-host-thread): one thread, as torchrun gives each of
         # several processes, so that a lone process (world 1, an emulated rank) runs its host work as a rank does
         torch.set_num_threads(1)
     else:

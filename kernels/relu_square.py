@@ -377,42 +377,52 @@ def _(x, w_in, w_out):
     return x.new_empty(x.shape), x.new_empty(x.size(0), w_in.size(0))
 
 
-@torch.library.custom_op("nanogpt::relu_square_mlp_backward", mutates_args=())
-def relu_square_mlp_backward_op(grad: torch.Tensor, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor,
-                                post: torch.Tensor, w_in_blocks: torch.Tensor | None = None,
-                                w_in_block_scale: torch.Tensor | None = None, grad8: torch.Tensor | None = None,
-                                grad_scale: torch.Tensor | None = None, w_out8: torch.Tensor | None = None,
-                                w_out_scale: torch.Tensor | None = None
-                                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of x, w_in and w_out. With w_in_blocks and its scales (fp8_weight_blocks(w_in.T)), dx = d_pre @ w_in
-    in FP8 from the e4m3 d_pre the kernel also writes; with grad8, grad_scale (fp8_rows(grad)) and w_out8,
-    w_out_scale (fp8_tensor(w_out)), d_pre's matmul reads those e4m3 copies instead of grad and w_out."""
-    # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
-    # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
-    # CUDA call (pytorch/pytorch#124565).
+@torch.library.custom_op("nanogpt::relu_square_d_pre", mutates_args=())
+def relu_square_d_pre_op(grad: torch.Tensor, w_out: torch.Tensor, post: torch.Tensor, fp8_out: bool = False,
+                         grad8: torch.Tensor | None = None, grad_scale: torch.Tensor | None = None,
+                         w_out8: torch.Tensor | None = None, w_out_scale: torch.Tensor | None = None
+                         ) -> list[torch.Tensor]:
+    """[d_pre] = [(grad w_outᵀ) · 2 relu(pre)] (T, H) from the forward's post, and with fp8_out also d_pre in e4m3
+    over 1x128 row-block scales and those scales (matmul_relu_square_triton's fp8_out); with grad8, grad_scale
+    (fp8_rows(grad)) and w_out8, w_out_scale (fp8_tensor(w_out)) its matmul reads those e4m3 copies."""
     assert (grad8 is None) == (grad_scale is None) == (w_out8 is None) == (w_out_scale is None), \
         "grad8, grad_scale, w_out8 and w_out_scale go together"
-    grad_w_out = post.T @ grad
-    fp8_out = w_in_blocks is not None
-    if grad8 is None:  # (T, H): (grad w_outᵀ) · 2 relu(pre)
+    if grad8 is None:
         d_pre = matmul_relu_square_triton(grad, w_out, post=post, fp8_out=fp8_out)
     elif hopper_backward_applies(grad8, w_out8.size(0), fp8_out, grad.dtype):
         d_pre = relu_square_backward_hopper(grad8, w_out8, post, w_out_scale, grad_scale, out_dtype=grad.dtype)
     else:
         d_pre = matmul_relu_square_triton(grad8, w_out8, post=post, scale=w_out_scale, row_scale=grad_scale,
                                           out_dtype=grad.dtype, fp8_out=fp8_out)
-    if not fp8_out:
-        return d_pre @ w_in, d_pre.T @ x, grad_w_out
-    d_pre, d_pre8, d_pre_scale = d_pre
+    return list(d_pre) if fp8_out else [d_pre]
+
+
+@relu_square_d_pre_op.register_fake
+def _(grad, w_out, post, fp8_out=False, grad8=None, grad_scale=None, w_out8=None, w_out_scale=None):
+    T, H = post.shape
+    copies = [post.new_empty(T, H, dtype=E4M3), post.new_empty(H // FP8_BLOCK, T, dtype=torch.float32)]
+    return [post.new_empty(T, H)] + (copies if fp8_out else [])
+
+
+def mlp_grads(grad: torch.Tensor, x: torch.Tensor, w_in: torch.Tensor, w_out: torch.Tensor, post: torch.Tensor,
+              w_in_blocks: torch.Tensor | None = None, w_in_block_scale: torch.Tensor | None = None,
+              *fp8_grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of x, w_in and w_out. With w_in_blocks and its scales (fp8_weight_blocks(w_in.T)), dx = d_pre @ w_in
+    in FP8 from the e4m3 d_pre; fp8_grad: grad8, grad_scale, w_out8, w_out_scale for d_pre's matmul
+    (relu_square_d_pre_op). The weights' gradients are matmuls outside the custom op, so that under torch.compile
+    Inductor writes them straight into their bank's gradient, where it copied the op's outputs
+    (records/enwiki-124/2026-11-30_mlp-weight-grads-into-bank)."""
+    # A cuBLAS call first: it binds autograd's thread to the CUDA context. Triton 3.6 encodes TMA descriptors
+    # before it does that itself, and fails ("invalid device context") when its launch is the thread's first
+    # CUDA call (pytorch/pytorch#124565).
+    grad_w_out = post.T @ grad
+    fp8_out = w_in_blocks is not None
+    d_pre, *d_pre8 = relu_square_d_pre_op(grad, w_out, post, fp8_out, *fp8_grad)
     grad_w_in = d_pre.T @ x
-    del d_pre  # dx reads the e4m3 copy: freeing the bf16 one first lowers the backward's peak memory
-    return fp8_block_mm(d_pre8, d_pre_scale, w_in_blocks, w_in_block_scale, x.dtype), grad_w_in, grad_w_out
-
-
-@relu_square_mlp_backward_op.register_fake
-def _(grad, x, w_in, w_out, post, w_in_blocks=None, w_in_block_scale=None, grad8=None, grad_scale=None, w_out8=None,
-      w_out_scale=None):
-    return x.new_empty(x.shape), w_in.new_empty(w_in.shape), w_out.new_empty(w_out.shape)
+    if not fp8_out:
+        return d_pre @ w_in, grad_w_in, grad_w_out
+    del d_pre  # dx reads the e4m3 copy: the bf16 one is freed first, which lowers the backward's peak memory
+    return fp8_block_mm(*d_pre8, w_in_blocks, w_in_block_scale, x.dtype), grad_w_in, grad_w_out
 
 
 def _mlp_setup(ctx, inputs, output):
@@ -421,7 +431,7 @@ def _mlp_setup(ctx, inputs, output):
 
 def _mlp_backward(ctx, grad, _):
     x, w_in, w_out, post = ctx.saved_tensors
-    return relu_square_mlp_backward_op(grad.contiguous(), x, w_in, w_out, post)
+    return mlp_grads(grad.contiguous(), x, w_in, w_out, post)
 
 
 relu_square_mlp_op.register_autograd(_mlp_backward, setup_context=_mlp_setup)
@@ -471,7 +481,7 @@ def _mlp_fp8_backward(ctx, grad, _):
     if ctx.fp8_backward:
         w_in_t_blocks, w_in_t_scale, w_out8, w_out_scale = weights8 or (*fp8_weight_blocks(w_in.T), *fp8_tensor(w_out))
         fp8 = (w_in_t_blocks, w_in_t_scale, *fp8_rows(grad), w_out8, w_out_scale)
-    grads = relu_square_mlp_backward_op(grad, x, w_in, w_out, post, *fp8)
+    grads = mlp_grads(grad, x, w_in, w_out, post, *fp8)
     return *grads, *[None] * 10  # the FP8 copies, scales and flag get none
 
 

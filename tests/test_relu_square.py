@@ -15,7 +15,8 @@ from kernels.fp8_linear import (E4M3, FP8_BLOCK, fp8_block_mm, fp8_operands, fp8
                                 fp8_weight_blocks)
 from kernels.relu_square import (HOPPER_TRITON, MLPConfig, hopper_backward_applies, matmul_relu_square_triton,
                                  mlp_fp8_weights, relu_square_backward_hopper, relu_square_mlp, relu_square_mlp_fp8,
-                                 relu_square_mlp_fp8_op, relu_square_mlp_op, relu_square_mlp_reference)
+                                 relu_square_d_pre_op, relu_square_mlp_fp8_op, relu_square_mlp_op,
+                                 relu_square_mlp_reference)
 from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
@@ -335,3 +336,17 @@ def test_hopper_backward_is_chosen_only_where_it_runs():
         assert not hopper_backward_applies(g8, 192, True, torch.bfloat16)
         assert not hopper_backward_applies(g8, 128, True, torch.float32)
         assert not hopper_backward_applies(g8.to(torch.bfloat16), 128, True, torch.bfloat16)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_d_pre_op_registration(fp8):
+    """The backward's custom op against its registration (schema, fake outputs' shapes and dtypes against the real
+    ones, torch.compile's dispatch), with and without the e4m3 copies: torch.compile trusts the fake."""
+    dtype = torch.bfloat16 if HAS_CUDA else torch.float16
+    grad = torch.randn(132, 256, device=DEVICE).to(dtype)
+    w_out = (torch.randn(384, 256, device=DEVICE) / 11).to(dtype)
+    post = torch.rand(132, 384, device=DEVICE).square().to(dtype)
+    fp8_grad = (*fp8_rows(grad), *fp8_tensor(w_out)) if fp8 else ()
+    # the schema check compares outputs by arithmetic that e4m3 tensors lack
+    tests = ("test_faketensor", "test_aot_dispatch_dynamic") + (("test_schema",) if not fp8 else ())
+    torch.library.opcheck(relu_square_d_pre_op, (grad, w_out, post, fp8, *fp8_grad), test_utils=tests)

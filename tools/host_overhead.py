@@ -13,7 +13,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 import train_gpt as tg  # noqa: E402
-from kernels.relu_square import matmul_relu_square_triton  # noqa: E402
+from kernels.relu_square import matmul_relu_square_triton, relu_square_d_pre_op  # noqa: E402
 from kernels.transpose import transpose_copy  # noqa: E402
 from harness import cli  # noqa: E402
 from harness.cli import UserError  # noqa: E402
@@ -47,7 +47,7 @@ def main(argv=None):
         "matmul_relu_square_triton forward": lambda: matmul_relu_square_triton(x, w_in),
         "matmul_relu_square_triton backward": lambda: matmul_relu_square_triton(x, w_out, post=post),
         "relu_square_mlp_op": lambda: tg.relu_square_mlp_op(x, w_in, w_out),
-        "relu_square_mlp_backward_op": lambda: tg.relu_square_mlp_backward_op(x, x, w_in, w_out, post),
+        "relu_square_d_pre_op": lambda: relu_square_d_pre_op(x, w_out, post),
         "varlen_attn": lambda: varlen_attn(q, q, q, cu, cu, T, T, scale=0.1, window_size=(128, 0)),
         "transpose_copy (256, 768)": lambda: transpose_copy(x, torch.empty(D, T, device=dev, dtype=bf16)),
         "head_loss_op (FP8)": lambda: tg.head_loss_op(x, head, targets, mtp, defaults.logit_cap, defaults.head_x_scale,

@@ -1122,6 +1122,35 @@ def test_trace_summary_leaves_out_the_warm_up_steps_gpu_work(tmp_path, capsys):
     assert "0.30 ms/step  optimizer_step" in out and "0.50 ms/step  optimizer_step" not in out, out
 
 
+def test_trace_summary_splits_graph_replays_from_host_launches(tmp_path, capsys):
+    """GPU work queued by a CUDA graph's replay against work the host launched one call at a time, each with the idle
+    time before it (gaps over GAP_CAP_US left out), and the host launches by the host op that queued them."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import trace_summary
+
+    def work(name, ts, dur, cid, xid=None, cat="kernel"):
+        return {"cat": cat, "name": name, "ts": ts, "dur": dur, "args": {"correlation": cid, "External id": xid}}
+    events = [{"cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 2000},
+              {"cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 5, "dur": 10, "args": {"correlation": 1}},
+              {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 900, "dur": 5, "args": {"correlation": 2}},
+              {"cat": "cuda_runtime", "name": "cudaMemsetAsync", "ts": 950, "dur": 5, "args": {"correlation": 3}},
+              {"cat": "cuda_driver", "name": "cuLaunchKernel", "ts": 960, "dur": 5, "args": {"correlation": 4}},
+              {"cat": "cpu_op", "name": "aten::fill_", "ts": 890, "dur": 20, "args": {"External id": 20}},
+              {"cat": "cpu_op", "name": "aten::zero_", "ts": 940, "dur": 20, "args": {"External id": 30}}]
+    events += [work("graph_a", 100, 300, 1), work("graph_b", 404, 200, 1),  # 4 us idle inside the replay
+               work("fill", 610, 20, 2, 20), work("Memset", 700, 10, 3, 30, "gpu_memset"),  # 6 us, then 70 (over 50)
+               work("our_triton", 720, 40, 4)]  # 10 us; no host op recorded
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    kinds, op_time, op_count = trace_summary.by_launch(events)
+    assert kinds == {"graph replays": [500, 4, 2], "host launches": [70, 16, 3]}, kinds
+    assert op_time == {"aten::fill_": 20, "aten::zero_": 10, "(no host op recorded)": 40} and op_count["aten::fill_"] == 1
+    trace_summary.main([str(path)])
+    out = capsys.readouterr().out
+    assert "0.50 + 0.00 ms/step  x2     graph replays\n      0.07 + 0.02 ms/step  x3     host launches\n" in out, out
+    assert "0.04 ms/step  x1       (no host op recorded)\n      0.02 ms/step  x1       aten::fill_" in out, out
+
+
 def test_trace_summary_tells_launch_gaps_from_a_dry_queue():
     """Idle time splits into the gaps of <= 5 us between queued kernels and the longer ones; a copy or a fill keeps the
     GPU busy (a profile once read ~1 us per kernel as the host falling behind)."""

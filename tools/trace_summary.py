@@ -1,9 +1,10 @@
-"""Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by annotated region
-(the optimizer step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled window (the
-short gaps between back-to-back kernels, the launch latency a step pays per kernel, apart from the longer ones, where
-the GPU waited for the host), how much of the collectives' time other kernels hid, and the host's time per step (what
-8 GPUs, at one micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a
-CPU run's) gets the host's time per step by op instead.
+"""Summarize a `--profile_steps a:b` Chrome trace: GPU time per step by kernel family, by launch (CUDA graph replays
+against the work the host launched one call at a time, by the host op that did), by annotated region (the optimizer
+step, the guard's check) and by kernel, how long the GPU sat idle inside the profiled window (the short gaps between
+back-to-back kernels, the launch latency a step pays per kernel, apart from the longer ones, where the GPU waited for
+the host), how much of the collectives' time other kernels hid, and the host's time per step (what 8 GPUs, at one
+micro-batch per step, would have to hide under each step's GPU time). A trace without GPU kernels (a CPU run's) gets
+the host's time per step by op instead.
 
     python3 tools/trace_summary.py logs/<run_id>_trace.json [STEPS]
 
@@ -83,6 +84,12 @@ def overlap(events: list[dict], others: list[dict]) -> float:
 GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCHES = ("cuda_runtime", "cuda_driver")  # the host's calls that queue GPU work, by correlation id
 BACK_TO_BACK_US = 5  # a queued kernel starts ~1 us after the one before it ends (H200, CUDA graphs or not)
+GAP_CAP_US = 50  # a longer gap before a kernel is the host's delay (Python, a sync), not that launch's latency
+
+
+def arg(e: dict, key: str):
+    """An event's args[key] (a correlation or External id), None where it has none."""
+    return e["args"].get(key) if isinstance(e.get("args"), dict) else None
 
 
 def idle_time(events: list[dict]) -> tuple[float, float, int]:
@@ -118,7 +125,6 @@ def launched_in_steps(events: list[dict]) -> tuple[list[dict], int]:
     def inside(e: dict) -> bool:
         i = bisect.bisect_right(starts, e["ts"]) - 1
         return i >= 0 and e["ts"] <= steps[i][1]
-    arg = lambda e, key: e["args"].get(key) if isinstance(e.get("args"), dict) else None  # noqa: E731
     launched = {arg(e, "correlation") for e in launches if inside(e)} - {None}
     ranges = {arg(e, "External id") for e in events if e.get("cat") == "user_annotation" and inside(e)} - {None}
 
@@ -130,6 +136,32 @@ def launched_in_steps(events: list[dict]) -> tuple[list[dict], int]:
         return True
     kept = [e for e in events if keep(e)]
     return kept, sum(e.get("cat") in GPU_WORK for e in events) - sum(e.get("cat") in GPU_WORK for e in kept)
+
+
+def by_launch(events: list[dict]) -> tuple[dict[str, list[float]], collections.Counter, collections.Counter]:
+    """The GPU work split by how the host queued it: inside CUDA graph replays, or one launch at a time outside them
+    (the optimizer, copies and fills between the graphs: per-step work whose launches no graph amortizes). Returns
+    {"graph replays": [us, idle us, count], "host launches": [...]} (idle: the GPU's wait since the previous work
+    ended, gaps over GAP_CAP_US left out as waits for the host rather than launch latency), and the host launches'
+    GPU time and count by the host op that queued them (the cpu_op of the same External id)."""
+    graph_launches = {arg(e, "correlation") for e in events
+                      if e.get("cat") in LAUNCHES and "GraphLaunch" in e["name"]} - {None}
+    ops = {arg(e, "External id"): e["name"] for e in events if e.get("cat") == "cpu_op"}
+    kinds = {"graph replays": [0.0, 0.0, 0], "host launches": [0.0, 0.0, 0]}
+    op_time, op_count = collections.Counter(), collections.Counter()
+    end = None
+    for e in sorted((e for e in events if e.get("cat") in GPU_WORK), key=lambda e: e["ts"]):
+        kind = kinds["graph replays" if arg(e, "correlation") in graph_launches else "host launches"]
+        gap = 0.0 if end is None else e["ts"] - end
+        kind[0] += e["dur"]
+        kind[1] += gap if 0 < gap <= GAP_CAP_US else 0.0
+        kind[2] += 1
+        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+        if kind is kinds["host launches"]:
+            op = ops.get(arg(e, "External id"), "(no host op recorded)")
+            op_time[op] += e["dur"]
+            op_count[op] += 1
+    return kinds, op_time, op_count
 
 
 def summarize(path, steps: int | None = None):
@@ -174,6 +206,12 @@ def summarize(path, steps: int | None = None):
                     ("all", [e for group in comm.values() for e in group])]:
                 t, hidden = sum(e["dur"] for e in group), overlap(group, compute)
                 print(f"  {per_step(t):8.2f} {per_step(hidden):8.2f} {per_step(t - hidden):8.2f}  {name}")
+        kinds, op_time, op_count = by_launch(events)
+        print(f"\nby launch (GPU work + the idle time before it in gaps of up to {GAP_CAP_US} us, count a step):")
+        for name, (t, idle, n) in kinds.items():
+            print(f"  {per_step(t):8.2f} + {per_step(idle):.2f} ms/step  x{n // steps:<5d} {name}")
+        for op, t in op_time.most_common(10):
+            print(f"  {per_step(t):8.2f} ms/step  x{op_count[op] // steps:<5d}   {op[:90]}")
         regions = collections.Counter()  # train_gpt.py's record_function ranges, as the GPU ran them
         for e in events:
             if e.get("cat") == "gpu_user_annotation":

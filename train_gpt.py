@@ -217,8 +217,8 @@ from torch import Tensor, nn  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
-from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint, save_atomically  # noqa: E402
-from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending  # noqa: E402
+from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, capture_step, run_ending  # noqa: E402
 from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_runtime  # noqa: E402
 from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
@@ -794,6 +794,9 @@ class NorMuonAdam:
         # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
         self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
                         for name, comms in self.comms.items() if comms == "sparse"}
+        # one micro-batch a step: a NorMuon gradient is that backward's, which autograd then assigns to .grad (as the
+        # trainer leaves it None) instead of adding it to zeros; Adam's sum two steps
+        self.assigned = [n for n in self.params if PARAM_RULES[n].optim == "normuon"] if rt.grad_accum_steps == 1 else []
         self.tied = True
         maybe = partial(torch.compile, dynamic=True, fullgraph=True) if compile else (lambda f, dynamic=True: f)
         self._adam_update, self._normuon_update = maybe(adam_update), maybe(normuon_update)
@@ -943,7 +946,9 @@ class NorMuonAdam:
         for work in gathers.values():
             work.wait()
         # in place, as the gradients persist; Adam's keep accumulating until the next odd step
-        torch._foreach_zero_([g for n, g in grads.items() if n not in self.written_rows and (do_adam or n in active)])
+        if stale := [g for n, g in grads.items()
+                     if n not in self.written_rows and n not in self.assigned and (do_adam or n in active)]:
+            torch._foreach_zero_(stale)
         for name in self.written_rows if do_adam else ():  # token tables are Adam's; a wire holds rows only if reduced
             zero_flagged_rows(grads[name], self.written_rows[name], self.wires.get(name) if name in active else None)
         return grad_sq
@@ -1428,13 +1433,15 @@ class MicroStepGraphs:
     dispatch, launch calls) than the GPU needs to run them. The first micro-batch of a shape runs normally (it compiles
     and loads kernels), the second is captured, and from then on each is one replay. A graph replays the addresses it
     captured: batches are copied from the host into static tensors, the schedule's tensors (MTP weights, rotary table)
-    change in place, and gradients sum into persistent tensors (GPT.gradients). The graphs share one memory pool: they
-    run one at a time, and none keeps anything alive between replays but its loss."""
+    change in place, and gradients sum into persistent tensors (GPT.gradients), but those the backward assigns
+    (`assigned`: NorMuonAdam.assigned), which each graph writes where its capture put them. The graphs share one memory
+    pool: they run one at a time, and none keeps anything alive between replays but its loss and assigned gradients."""
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
-    def __init__(self, forward_backward):
+    def __init__(self, forward_backward, assigned: list[nn.Parameter]):
         self.forward_backward = forward_backward  # (MicroBatch, ForwardSchedule) -> scaled loss
-        self.graphs: dict[tuple, tuple] = {}  # shape key -> (graph, static batch, its loss tensor)
+        self.assigned = assigned
+        self.graphs: dict[tuple, tuple] = {}  # shape key -> (graph, static batch, its loss, its assigned gradients)
         self.seen: set[tuple] = set()
         self.pool = torch.cuda.graph_pool_handle()
 
@@ -1448,11 +1455,13 @@ class MicroStepGraphs:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool):
                 loss = self.forward_backward(static, sched)
-            self.graphs[key] = graph, static, loss
-        graph, static, loss = self.graphs[key]
+            self.graphs[key] = graph, static, loss, [p.grad for p in self.assigned]
+        graph, static, loss, grads = self.graphs[key]
         for dst, src in zip(static.tensors(), mb.tensors()):
             dst.copy_(src, non_blocking=True)
         graph.replay()
+        for p, grad in zip(self.assigned, grads):
+            p.grad = grad
         return loss.clone()  # the next replay overwrites `loss`
 
 
@@ -1486,7 +1495,8 @@ class Trainer:
                                       device=rt.device)  # (steps + 1, K)
         self.mtp_weights = self.mtp_table[0].clone()  # the current step's row, rewritten in place
         self.graphs = hp.cuda_graphs and rt.device.type == "cuda" and not helper
-        self.micro_step = MicroStepGraphs(self.forward_backward) if self.graphs else self.forward_backward
+        self.assigned = [self.model.get_parameter(name) for name in self.optimizer.assigned]  # .grad None at backward
+        self.micro_step = MicroStepGraphs(self.forward_backward, self.assigned) if self.graphs else self.forward_backward
         self.rotary_extensions: list[tuple[int, int]] = []  # YaRN extensions applied so far, in tokens
         # per step, this rank's shares of the mean training loss per token and of its gradient's squared norms,
         # NorMuon's and Adam's (summed over ranks when read: StepLines); they stay on the device: no step waits
@@ -1495,8 +1505,8 @@ class Trainer:
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
         watchdog = Watchdog(hp.dist_timeout, rt.rank, log, peers=rt.distributed)  # a stall ends the run: no hang
-        self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
-                                            self.checkpoints, log, watchdog)
+        self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, partial(capture_step, self),
+                                            stop, self.checkpoints, log, watchdog)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
@@ -1559,7 +1569,9 @@ class Trainer:
         return self.loader.next_step(settings.micro_batch_tokens, settings.seq_len)
 
     def forward_backward(self, mb: MicroBatch, sched: ForwardSchedule) -> Tensor:
-        """One micro-batch's forward and backward (gradients accumulate); returns the scaled loss."""
+        """One micro-batch's forward and backward (gradients accumulate, or are assigned); returns the scaled loss."""
+        for p in self.assigned:
+            p.grad = None
         loss = self.forward(*mb.to(self.rt.device).tensors(), sched, self.w8) * self.model.cfg.loss_scale
         loss.backward()
         return loss.detach()
@@ -1586,29 +1598,6 @@ class Trainer:
         carried = dict(grads=self.model.gradients(), touched=self.optimizer.touched)  # the bigram rows they touched too
         return dict(step=step, loader=self.loader.position(), model=self.model.state_dict(),
                     optimizer=self.optimizer.state_dict(), carried=carried if step % 2 == 1 else None)
-
-    def capture(self, good: dict, bad_step: int, detected_at: int) -> str:
-        """The guard's capture of a non-finite step, for tools/replay.py: rewind to the snapshot `good`, re-run to the
-        failing step, save the state before it (a checkpoint's keys) with its batches and forward schedule, then run
-        it to see whether the failure reproduces. Returns the capture's path."""
-        self.restore(good)
-        for step in range(good["step"], bad_step):
-            self.train_step(step, self.next_batches(step))
-        state = copy_tree(self.state(bad_step), device="cpu")  # before the step reads its batches, as a checkpoint
-        data, sched = self.next_batches(bad_step), self.forward_schedule(bad_step)
-        capture = dict(
-            header("capture", self.rt.rank, self.rt.world_size, self.checkpoints.data, self.hp),
-            state=state, detected_at=detected_at, grad_accum_steps=self.rt.grad_accum_steps,
-            forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
-                         mtp_weights=sched.mtp_weights.tolist()),
-            # nothing random runs in a step: no RNG state is needed
-            batches=[dict(vars(mb)) for mb in data.micro_batches])  # host tensors (make_micro_batch)
-        self.guard.reset()
-        self.train_step(bad_step, data)
-        capture["reproduced"] = self.guard.read()[0] == bad_step
-        path = os.path.join(self.hp.log_dir, f"{self.hp.run_id}_capture_rank{self.rt.rank}.pt")
-        save_atomically(capture, path)
-        return path
 
     def snapshot(self, step: int, into: dict | None = None) -> dict:
         """A copy of state(step) on the device; `into`: an earlier snapshot whose buffers are reused."""

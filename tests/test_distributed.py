@@ -380,6 +380,30 @@ def test_snapshots_reuse_their_buffers_and_carry_gradients_only_after_even_steps
     assert all(f.all() for f in trainer.model.written_rows().values()), "restored gradients count as written everywhere"
 
 
+def test_one_micro_batch_a_step_assigns_the_normuon_gradients(tmp_path, synthetic_data):
+    """A rank of world 8 runs one micro-batch a step: autograd assigns the backward's NorMuon gradients (left None
+    before it), which the optimizer then leaves as they are, instead of adding them to zeroed ones. Same losses and
+    weights as accumulating; with gradient accumulation nothing is assigned."""
+    hp = settings(TINY_FLAGS + ["--val_tokens", "2048", "--train_files", synthetic_data["train"],
+                                "--val_files", synthetic_data["val"], "--num_scheduled_steps", "6", "--log_dir", str(tmp_path)])
+    assert cpu_trainer(hp, 1).optimizer.assigned == []
+    runs = []
+    for assign in (True, False):
+        trainer = cpu_trainer(hp, 8)
+        assert trainer.optimizer.assigned == ["attn_bank", "mlp_bank"]
+        if not assign:
+            trainer.optimizer.assigned = trainer.assigned = []
+        for step in range(4):
+            trainer.train_step(step, trainer.next_batches(step))
+            grads = trainer.model.gradients()
+            assert grads["mlp_bank"].any() == assign  # the optimizer zeroes only what accumulates
+            assert grads["scalars"].any() == (step % 2 == 0)  # Adam's, zeroed after its odd steps
+        runs.append((trainer.metrics[:4], dict(trainer.model.named_parameters())))
+    (metrics, weights), (expected_metrics, expected_weights) = runs
+    assert torch.equal(metrics, expected_metrics)
+    assert all(torch.equal(weights[name], expected_weights[name]) for name in weights), "a weight differs"
+
+
 @pytest.mark.parametrize("world_size", [1, 8])  # 8: emulated
 def test_adam_graphs_one_per_dtype_pair_and_static_ones_for_the_tables(world_size):
     """The optimizer hands adam_update flat tensors that are not views, so every small Adam parameter, whatever its

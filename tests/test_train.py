@@ -397,22 +397,27 @@ def test_fp8_weights_made_once_are_the_forward_own_casts():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
-def test_cuda_graph_replays_match_eager_micro_steps():
+@pytest.mark.parametrize("assign", [False, True])
+def test_cuda_graph_replays_match_eager_micro_steps(assign):
     """MicroStepGraphs (run, capture, then replay per shape) gives the losses and summed gradients of plain
     micro-steps: new batches reach the static inputs, the MTP weights are read in place, and a second
-    shape gets its own graph."""
+    shape gets its own graph. assign: the banks' gradients are the last backward's (NorMuonAdam.assigned), written
+    where each graph's capture put them, so after a replay of the first shape again they are its."""
     def micro_steps(use_graphs: bool):
         model = tiny_model(attention="varlen", fused_mlp=True).cuda()
         mtp = torch.tensor([1.0, 0.5, 0.25], device="cuda")
+        assigned = [model.attn_bank, model.mlp_bank] if assign else []
 
         def forward_backward(mb, sched):
+            for p in assigned:
+                p.grad = None
             mb = mb.to(torch.device("cuda"))  # as the trainer's: batches wait in pinned host memory
             loss = model(mb.inputs, mb.targets, mb.cu_seqlens, mb.bigram, sched)
             loss.backward()
             return loss.detach()
-        step = tg.MicroStepGraphs(forward_backward) if use_graphs else forward_backward
+        step = tg.MicroStepGraphs(forward_backward, assigned) if use_graphs else forward_backward
         losses = []
-        for i, T in enumerate([128, 128, 128, 128, 256, 256, 256]):  # shape 1: run, capture, 2 replays
+        for i, T in enumerate([128, 128, 128, 128, 256, 256, 256, 128]):  # shape 1: run, capture, replays
             mb, sched = batch_for(model, T, seed=i)
             mb = tg.MicroBatch(*(t.pin_memory() for t in mb.tensors()))
             mtp.copy_(torch.tensor([1.0, 0.5 / (i + 1), 0.0]))

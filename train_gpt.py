@@ -794,8 +794,8 @@ class NorMuonAdam:
         # rows of each sparse table touched by each rank since its last update (host side: the loader knows them)
         self.touched = {name: torch.zeros((self.world_size, self.params[name].size(0)), dtype=torch.bool, device="cpu")
                         for name, comms in self.comms.items() if comms == "sparse"}
-        # one micro-batch a step: a NorMuon gradient is that backward's, which autograd then assigns to .grad (as the
-        # trainer leaves it None) instead of adding it to zeros; Adam's sum two steps
+        # one micro-batch a step: autograd assigns NorMuon's gradients (the trainer leaves .grad None), no zeroing and no
+        # add (records/enwiki-124/2026-11-30_assigned-normuon-gradients); Adam's sum two steps
         self.assigned = [n for n in self.params if PARAM_RULES[n].optim == "normuon"] if rt.grad_accum_steps == 1 else []
         self.tied = True
         maybe = partial(torch.compile, dynamic=True, fullgraph=True) if compile else (lambda f, dynamic=True: f)

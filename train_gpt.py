@@ -217,8 +217,8 @@ from torch import Tensor, nn  # noqa: E402
 from torch.utils._pytree import tree_leaves  # noqa: E402
 
 from data.shards import check_val_shards, fingerprint, read_header, read_tokens, scan_train_shards  # noqa: E402
-from harness.checkpoint import Checkpoints, copy_tree, load_checkpoint  # noqa: E402
-from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, capture_step, run_ending  # noqa: E402
+from harness.checkpoint import Checkpoints, copy_tree, header, load_checkpoint  # noqa: E402
+from harness.guard import NonFiniteError, NonFiniteGuard, StopRequest, Stopped, Watch, run_ending, save_capture  # noqa: E402
 from harness.launch import Runtime, Watchdog, agree, keep_freed_memory, setup_runtime  # noqa: E402
 from harness.log import Logger, claim_run, open_log  # noqa: E402
 from harness.profiling import StepProfiler, sync_debug  # noqa: E402
@@ -1439,8 +1439,7 @@ class MicroStepGraphs:
     WARM_CALLS = 2  # a shape's calls before it replays: the first compiles, the second is captured
 
     def __init__(self, forward_backward, assigned: list[nn.Parameter]):
-        self.forward_backward = forward_backward  # (MicroBatch, ForwardSchedule) -> scaled loss
-        self.assigned = assigned
+        self.forward_backward, self.assigned = forward_backward, assigned  # forward_backward(MicroBatch, ForwardSchedule)
         self.graphs: dict[tuple, tuple] = {}  # shape key -> (graph, static batch, its loss, its assigned gradients)
         self.seen: set[tuple] = set()
         self.pool = torch.cuda.graph_pool_handle()
@@ -1505,8 +1504,8 @@ class Trainer:
         self.guard = NonFiniteGuard(rt.device, rt.distributed)
         self.checkpoints = Checkpoints(hp, rt.rank, rt.world_size, data.fingerprint)
         watchdog = Watchdog(hp.dist_timeout, rt.rank, log, peers=rt.distributed)  # a stall ends the run: no hang
-        self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, partial(capture_step, self),
-                                            stop, self.checkpoints, log, watchdog)
+        self.stop, self.watch = stop, Watch(self.guard, hp.guard_every, self.snapshot, self.capture, stop,
+                                            self.checkpoints, log, watchdog)
 
     def new_loader(self, start: tuple[int, int] = (0, 0)) -> TrainLoader:
         return TrainLoader(self.train_index, self.hp, self.rt.rank, self.rt.world_size, self.rt.device,
@@ -1598,6 +1597,18 @@ class Trainer:
         carried = dict(grads=self.model.gradients(), touched=self.optimizer.touched)  # the bigram rows they touched too
         return dict(step=step, loader=self.loader.position(), model=self.model.state_dict(),
                     optimizer=self.optimizer.state_dict(), carried=carried if step % 2 == 1 else None)
+
+    def capture(self, good: dict, bad_step: int, detected_at: int) -> str:
+        """The guard's capture: rewind to the snapshot `good`, re-run to the failing step, save it (save_capture)."""
+        self.restore(good)
+        for step in range(good["step"], bad_step):
+            self.train_step(step, self.next_batches(step))
+        state = copy_tree(self.state(bad_step), device="cpu")  # before the step reads its batches, as a checkpoint
+        data, rt, hp = self.next_batches(bad_step), self.rt, self.hp
+        return save_capture(os.path.join(hp.log_dir, f"{hp.run_id}_capture_rank{rt.rank}.pt"),
+                            header("capture", rt.rank, rt.world_size, self.checkpoints.data, hp), state, data.micro_batches,
+                            self.forward_schedule(bad_step), bad_step, detected_at, rt.grad_accum_steps,
+                            partial(self.train_step, bad_step, data), self.guard)
 
     def snapshot(self, step: int, into: dict | None = None) -> dict:
         """A copy of state(step) on the device; `into`: an earlier snapshot whose buffers are reused."""

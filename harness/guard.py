@@ -1,7 +1,6 @@
 """The training loop's safety checks: a non-finite loss or gradient is caught without per-step host syncs, the
-failing step is captured (the state before it and its batches: capture_step) for tools/replay.py, a signal stops
+failing step is captured (the state before it and its batches: save_capture) for tools/replay.py, a signal stops
 the run at a step boundary where every rank agrees, and a run that ends on a failure says why in one line."""
-import os
 import signal
 import threading
 
@@ -9,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from harness.checkpoint import copy_tree, header, save_atomically
+from harness.checkpoint import save_atomically
 from harness.cli import stderr_line
 from harness.launch import Watchdog, peer_failure
 
@@ -107,8 +106,8 @@ class Watch:
     checkpoint (if checkpoints are on), has the failing step captured and raises NonFiniteError.
 
     snapshot(step, into): a copy of the trainer's state at `step` (into: an earlier snapshot's buffers, or None);
-    capture(good, bad_step, detected_at): rewinds to `good`, re-runs to the failing step, saves it, returns the path
-    (capture_step for a trainer);
+    capture(good, bad_step, detected_at): rewinds to `good`, re-runs to the failing step, saves it (save_capture),
+    returns the path;
     watchdog: the Watchdog (harness/launch.py), which ends this process when the loop stops moving.
     """
 
@@ -165,27 +164,20 @@ class Watch:
         return stop
 
 
-def capture_step(trainer, good: dict, bad_step: int, detected_at: int) -> str:
-    """Watch's capture of a non-finite step, for tools/replay.py: rewind the trainer (train_gpt.Trainer) to the
-    snapshot `good`, re-run to the failing step, save the state before it (a checkpoint's keys) with its batches and
-    forward schedule, then run it to see whether the failure reproduces. Returns the capture's path."""
-    trainer.restore(good)
-    for step in range(good["step"], bad_step):
-        trainer.train_step(step, trainer.next_batches(step))
-    state = copy_tree(trainer.state(bad_step), device="cpu")  # before the step reads its batches, as a checkpoint
-    data, sched = trainer.next_batches(bad_step), trainer.forward_schedule(bad_step)
-    hp, rt = trainer.hp, trainer.rt
+def save_capture(path: str, header: dict, state: dict, batches: list, sched, bad_step: int, detected_at: int,
+                 grad_accum_steps: int, rerun, guard: NonFiniteGuard) -> str:
+    """Watch's capture of a non-finite step, for tools/replay.py, saved at `path` (returned): the state before the step
+    (a checkpoint's keys, on the host) with its micro-batches and forward schedule; rerun() then runs the step again,
+    and `guard` says whether the failure reproduced."""
     capture = dict(
-        header("capture", rt.rank, rt.world_size, trainer.checkpoints.data, hp),
-        state=state, detected_at=detected_at, grad_accum_steps=rt.grad_accum_steps,
+        header, state=state, detected_at=detected_at, grad_accum_steps=grad_accum_steps,
         forward=dict(short_window=sched.short_window, long_window=sched.long_window, max_seq_len=sched.max_seq_len,
                      mtp_weights=sched.mtp_weights.tolist()),
         # nothing random runs in a step: no RNG state is needed
-        batches=[dict(vars(mb)) for mb in data.micro_batches])  # host tensors (make_micro_batch)
-    trainer.guard.reset()
-    trainer.train_step(bad_step, data)
-    capture["reproduced"] = trainer.guard.read()[0] == bad_step
-    path = os.path.join(hp.log_dir, f"{hp.run_id}_capture_rank{rt.rank}.pt")
+        batches=[dict(vars(mb)) for mb in batches])  # host tensors (make_micro_batch)
+    guard.reset()
+    rerun()
+    capture["reproduced"] = guard.read()[0] == bad_step
     save_atomically(capture, path)
     return path
 

@@ -985,8 +985,8 @@ class NorMuonAdam:
 
     def _normuon_step(self, name: str, grad: Tensor, lr_scale: float, muon_momentum: float):
         state = self.state[name]
-        # momentum as a Python float: polar_express runs eagerly, and a CPU tensor would cost a copy to the GPU
-        v = polar_express(grad.float(), state["momentum"], muon_momentum)  # (n, R, C) bf16
+        # momentum as a Python float: Triton kernels take it as it is; a device tensor would cost a copy to the GPU
+        v = polar_express(grad, state["momentum"], muon_momentum)  # (n, R, C) bf16
         lr = self.hp.muon_lr * lr_scale
         self._scalar["lr"].fill_(lr)
         self._scalar["decay"].fill_(self.hp.muon_wd * PARAM_RULES[name].wd_mul * lr)

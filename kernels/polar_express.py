@@ -7,7 +7,8 @@ Their Application to the Muon Algorithm", https://arxiv.org/abs/2505.16932. Each
 the odd polynomial p(x) = a·x + b·x³ + c·x⁵ to the singular values of X, with per-iteration
 (a, b, c) chosen so that five iterations push every singular value in [1e-3, 1] into [0.86, 1.14].
 The fast path follows modded-nanogpt's use of it: bf16 throughout, the small Gram products on the
-symmetric Triton kernels (kernels/symmetric.py), the update on cuBLAS.
+symmetric Triton kernels (kernels/symmetric.py), the update on cuBLAS. Its start (the momentum's update and the
+look-ahead over its norm bound, from the bank's bf16 gradient) is two Triton passes (nesterov_scaled_triton).
 
 Shapes: attention banks (B, 768, 768) are "wide" (M <= N) and use A = X·Xᵀ, X <- a·X + B·X; MLP banks
 (B, 3072, 768) are "tall" and use A = Xᵀ·X, X <- a·X + X·B, which gives the same result as
@@ -16,6 +17,8 @@ transposing, iterating and transposing back, without the two transpose copies.
 from typing import NamedTuple
 
 import torch
+import triton
+import triton.language as tl
 
 from kernels.symmetric import ba_plus_caa_triton, xtx_triton, xxt_triton
 
@@ -94,9 +97,9 @@ def orthogonalize_triton(X: torch.Tensor) -> torch.Tensor:
 
 def _check_inputs(grad: torch.Tensor, momentum_buffer: torch.Tensor):
     assert grad.ndim in (2, 3), f"grad must be (M, N) or (B, M, N), got shape {tuple(grad.shape)}"
-    assert grad.dtype == torch.float32, f"grad must be float32, got {grad.dtype}"
-    assert momentum_buffer.shape == grad.shape and momentum_buffer.dtype == grad.dtype, (
-        f"momentum_buffer must match grad: got {tuple(momentum_buffer.shape)} {momentum_buffer.dtype}")
+    assert grad.dtype in (torch.float32, torch.bfloat16), f"grad must be float32 or bfloat16, got {grad.dtype}"
+    assert momentum_buffer.shape == grad.shape and momentum_buffer.dtype == torch.float32, (
+        f"momentum_buffer must match grad, in float32: got {tuple(momentum_buffer.shape)} {momentum_buffer.dtype}")
     assert momentum_buffer.device == grad.device, f"device mismatch: {grad.device} vs {momentum_buffer.device}"
 
 
@@ -105,19 +108,84 @@ def polar_express_reference(grad: torch.Tensor, momentum_buffer: torch.Tensor, m
     """Nesterov momentum (updates momentum_buffer in place), then Polar Express with `dtype`
     math in plain PyTorch; returns the bf16 update, shaped like grad."""
     _check_inputs(grad, momentum_buffer)
-    g = nesterov_momentum_(grad, momentum_buffer, momentum)
-    X = (g / spectral_norm_bound(g)).to(dtype)
-    return orthogonalize_reference(X).to(torch.bfloat16)
+    return orthogonalize_reference(nesterov_scaled_reference(grad, momentum_buffer, momentum, dtype)).to(torch.bfloat16)
+
+
+def nesterov_scaled_reference(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum,
+                              dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """Where the iterations start: the Nesterov look-ahead of grad in fp32 (momentum_buffer updated in place),
+    divided by spectral_norm_bound, in dtype."""
+    g = nesterov_momentum_(grad.float(), momentum_buffer, momentum)
+    return (g / spectral_norm_bound(g)).to(dtype)
+
+
+@triton.jit
+def _lerp(a, b, w):  # ATen's form: exact at both ends, and the branch a scalar weight takes
+    return tl.where(w < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+
+
+@triton.jit
+def _nesterov_sums_kernel(grad_ptr, buf_ptr, partial_ptr, numel, momentum, weight, BLOCK: tl.constexpr):
+    """One block of one matrix: the buffer's lerp toward grad by weight = 1 - momentum (stored), and the
+    look-ahead's sum of squares. weight comes from the host: ATen rounds 1 - momentum from the double."""
+    block, mat = tl.program_id(0), tl.program_id(1)
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    base = mat.to(tl.int64) * numel
+    m = tl.cast(momentum, tl.float32)
+    g = tl.load(grad_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    b = _lerp(tl.load(buf_ptr + base + offs, mask=mask, other=0.0), g, tl.cast(weight, tl.float32))
+    tl.store(buf_ptr + base + offs, b, mask=mask)
+    look = _lerp(g, b, m)
+    tl.store(partial_ptr + mat * tl.num_programs(0) + block, tl.sum(look * look))
+
+
+@triton.jit
+def _nesterov_scale_kernel(grad_ptr, buf_ptr, partial_ptr, out_ptr, numel, momentum, margin, eps,
+                           BLOCK: tl.constexpr, PARTIALS: tl.constexpr):
+    """One block of one matrix: the look-ahead again, over its matrix's norm bound from the first pass's sums."""
+    block, mat = tl.program_id(0), tl.program_id(1)
+    blocks = tl.num_programs(0)
+    p = tl.arange(0, PARTIALS)
+    sums = tl.load(partial_ptr + mat * blocks + p, mask=p < blocks, other=0.0)
+    bound = tl.sqrt(tl.sum(sums)) * tl.cast(margin, tl.float32) + tl.cast(eps, tl.float32)  # spectral_norm_bound's
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < numel
+    base = mat.to(tl.int64) * numel
+    g = tl.load(grad_ptr + base + offs, mask=mask, other=0.0).to(tl.float32)
+    look = _lerp(g, tl.load(buf_ptr + base + offs, mask=mask, other=0.0), tl.cast(momentum, tl.float32))
+    tl.store(out_ptr + base + offs, (look / bound).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+NESTEROV_BLOCK = 4096  # elements a program: a 768 x 768 matrix is 144 blocks, a 3072 x 768 one 576
+
+
+def nesterov_scaled_triton(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum: float,
+                           dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """nesterov_scaled_reference in two passes over the matrices (40 bytes an element eager, 18 here): the first
+    updates the buffer and sums each block's squares, the second recomputes the look-ahead and writes it over its
+    matrix's norm bound. Deterministic (the sums are added in one order); momentum a Python float, which Triton
+    does not specialize on. grad, momentum_buffer: contiguous (M, N) or (B, M, N)."""
+    assert grad.is_contiguous() and momentum_buffer.is_contiguous(), "grad and momentum_buffer must be contiguous"
+    M, N = grad.shape[-2:]
+    numel, mats = M * N, grad.numel() // (M * N)
+    blocks = triton.cdiv(numel, NESTEROV_BLOCK)
+    partial = torch.empty(mats, blocks, dtype=torch.float32, device=grad.device)
+    out = torch.empty(grad.shape, dtype=dtype, device=grad.device)
+    momentum = float(momentum)
+    _nesterov_sums_kernel[(blocks, mats)](grad, momentum_buffer, partial, numel, momentum, 1 - momentum,
+                                          BLOCK=NESTEROV_BLOCK, num_warps=8)
+    _nesterov_scale_kernel[(blocks, mats)](grad, momentum_buffer, partial, out, numel, momentum, 1 + NORM_SAFETY,
+                                           NORM_EPS, BLOCK=NESTEROV_BLOCK, PARTIALS=triton.next_power_of_2(blocks),
+                                           num_warps=8)
+    return out
 
 
 def polar_express(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum) -> torch.Tensor:
-    """Nesterov momentum + bf16 Polar Express. grad, momentum_buffer: fp32 (M, N) or (B, M, N);
-    momentum_buffer is updated in place; momentum: float or 0-D CPU tensor. Returns the bf16
-    orthogonalized update shaped like grad. CUDA: Triton path; CPU: polar_express_reference."""
+    """Nesterov momentum + bf16 Polar Express. grad: fp32 or bf16 (M, N) or (B, M, N); momentum_buffer: fp32,
+    grad's shape, updated in place; momentum: float or 0-D CPU tensor. Returns the bf16 orthogonalized update shaped
+    like grad. CUDA: the Triton path; CPU: polar_express_reference."""
     if not grad.is_cuda:
         return polar_express_reference(grad, momentum_buffer, momentum)
     _check_inputs(grad, momentum_buffer)
-    g = nesterov_momentum_(grad, momentum_buffer, momentum)
-    X = torch.empty(g.shape, dtype=torch.bfloat16, device=g.device)
-    torch.div(g, spectral_norm_bound(g), out=X)  # scale and round to bf16 in one pass
-    return orthogonalize_triton(X)
+    return orthogonalize_triton(nesterov_scaled_triton(grad, momentum_buffer, momentum))

@@ -5,8 +5,9 @@ Run: python -m pytest -q tests/test_polar_express.py   (CPU: Triton interpreter;
 import pytest
 import torch
 
-from kernels.polar_express import (nesterov_momentum_, orthogonalize_reference, orthogonalize_triton, polar_express,
-                                   polar_express_reference, spectral_norm_bound)
+from kernels.polar_express import (nesterov_momentum_, nesterov_scaled_reference, nesterov_scaled_triton,
+                                   orthogonalize_reference, orthogonalize_triton, polar_express, polar_express_reference,
+                                   spectral_norm_bound)
 from tests.utils import DEVICE, GPU_ONLY, assert_close, rel_error
 
 
@@ -105,6 +106,44 @@ def test_nesterov_momentum(momentum):
     assert_close(lookahead, expected_lookahead, atol=1e-6, rtol=1e-6, name="nesterov look-ahead")
 
 
+# The start's output: bf16 on the GPU (the interpreter mishandles bf16 stores), fp32 on the CPU
+START_DTYPE = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+START_SHAPES = [(17, 29), (3, 65, 33), (2, 100, 90),  # numel not a multiple of the block, one block and several
+                pytest.param((5, 768, 768), marks=GPU_ONLY, id="attn_shard"),
+                pytest.param((11, 3072, 768), marks=GPU_ONLY, id="mlp_shard_world2")]
+
+
+@pytest.mark.parametrize("momentum", [0.95, 0.3])  # both of lerp's branches, in each of the two lerps
+@pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", START_SHAPES)
+def test_nesterov_scaled_triton_matches_reference(shape, grad_dtype, momentum):
+    """The two-pass start against the eager steps: the buffer within fp32 rounding, the scaled look-ahead within its
+    dtype's rounding (the norm's sums are added in another order), relative to its RMS entry."""
+    grad = torch.randn(shape, device=DEVICE).to(grad_dtype)
+    buffer = torch.randn(shape, device=DEVICE)
+    buffer_ref = buffer.clone()
+    out = nesterov_scaled_triton(grad, buffer, momentum, dtype=START_DTYPE)
+    expected = nesterov_scaled_reference(grad, buffer_ref, momentum, dtype=torch.float64)
+    assert out.dtype == START_DTYPE and out.shape == grad.shape
+    assert_close(buffer, buffer_ref, atol=1e-6, rtol=1e-6, name="momentum_buffer")
+    rms = expected.square().mean().sqrt().item()
+    rtol = 2 ** -8 if START_DTYPE == torch.bfloat16 else 1e-6
+    assert_close(out.double() / rms, expected / rms, atol=1e-5, rtol=rtol, name="scaled look-ahead")
+
+
+def test_nesterov_scaled_triton_is_deterministic_and_passes_nan():
+    """The same inputs give the same bits (the sums are added in one order); a NaN in the gradient reaches the
+    output (the guard must see it) instead of being masked."""
+    grad, buffer = torch.randn(3, 65, 33, device=DEVICE), torch.randn(3, 65, 33, device=DEVICE)
+    first, second = buffer.clone(), buffer.clone()
+    a = nesterov_scaled_triton(grad, first, 0.9, dtype=START_DTYPE)
+    b = nesterov_scaled_triton(grad, second, 0.9, dtype=START_DTYPE)
+    assert torch.equal(a, b) and torch.equal(first, second)
+    grad[1, 7, 3] = float("nan")
+    out = nesterov_scaled_triton(grad, buffer.clone(), 0.9, dtype=START_DTYPE)
+    assert out[1].isnan().all() and out[[0, 2]].isfinite().all(), "a NaN spoils its own matrix (the norm), no other"
+
+
 def test_cpu_dispatch_uses_reference():
     grad, buffer = torch.randn(2, 12, 20), torch.randn(2, 12, 20)
     buffer_ref = buffer.clone()
@@ -115,7 +154,9 @@ def test_cpu_dispatch_uses_reference():
 
 def test_rejects_bad_inputs():
     grad = torch.randn(4, 6, device=DEVICE)
-    with pytest.raises(AssertionError, match="float32"):
+    with pytest.raises(AssertionError, match="float32 or bfloat16"):
+        polar_express(grad.half(), grad.float(), 0.9)
+    with pytest.raises(AssertionError, match="in float32"):
         polar_express(grad.bfloat16(), grad.bfloat16(), 0.9)
     with pytest.raises(AssertionError, match="momentum_buffer must match"):
         polar_express(grad, torch.zeros(6, 4, device=DEVICE), 0.9)

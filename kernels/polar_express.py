@@ -162,10 +162,11 @@ NESTEROV_BLOCK = 4096  # elements a program: a 768 x 768 matrix is 144 blocks, a
 
 def nesterov_scaled_triton(grad: torch.Tensor, momentum_buffer: torch.Tensor, momentum: float,
                            dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """nesterov_scaled_reference in two passes over the matrices (40 bytes an element eager, 18 here): the first
-    updates the buffer and sums each block's squares, the second recomputes the look-ahead and writes it over its
-    matrix's norm bound. Deterministic (the sums are added in one order); momentum a Python float, which Triton
-    does not specialize on. grad, momentum_buffer: contiguous (M, N) or (B, M, N)."""
+    """nesterov_scaled_reference in two passes over the matrices (40 bytes an element eager, 18 here; 3.2x faster,
+    records/enwiki-124/2026-11-30_polar-express-start-triton): the first updates the buffer and sums each block's
+    squares, the second recomputes the look-ahead and writes it over its matrix's norm bound. Deterministic (the
+    sums are added in one order); momentum a Python float, which Triton does not specialize on. grad,
+    momentum_buffer: contiguous (M, N) or (B, M, N)."""
     assert grad.is_contiguous() and momentum_buffer.is_contiguous(), "grad and momentum_buffer must be contiguous"
     M, N = grad.shape[-2:]
     numel, mats = M * N, grad.numel() // (M * N)

@@ -68,7 +68,7 @@ class Hyperparameters:
     num_heads: int = 6  # attention heads (even: paired-head layers pair them)
     head_dim: int = 128  # channels per head; num_heads * head_dim = model_dim
     fp8_head: bool = True  # FP8 LM-head matmul on CUDA (bf16 elsewhere)
-    fp8_body: bool = True  # CUDA: FP8 QKV forward, MLP but dW; tanh.approx CE sigmoid (False: exact math)
+    fp8_body: bool = True  # CUDA: FP8 QKV forward, the MLP; tanh.approx CE sigmoid (False: exact math)
     # optimizer
     adam_lr: float = 0.008  # Adam's base lr (embeddings, head, gates, scalars; times PARAM_RULES' multipliers)
     adam_eps: float = 1e-10  # Adam's epsilon
@@ -269,6 +269,7 @@ class GPTConfig:
     fused_mlp: bool = False  # Triton ReLU² MLP kernel (CUDA) instead of plain PyTorch ops
     fp8_mlp: bool = False  # that kernel's first matmul in FP8 (with fused_mlp only)
     fp8_mlp_blocks: bool = False  # and its second matmul, the backward's d_pre and dx (block and row scales)
+    fp8_mlp_dw: bool = False  # and its weight gradients (per-tensor scales; with fp8_mlp_blocks only)
     fp8_qkv: bool = False  # the QKV projection's forward in FP8 (kernels/fp8_linear.py: it reads normed rows)
     tanh_sigmoid: bool = False  # the CE kernel's sigmoid from tanh.approx (CUDA; kernels/softcapped_ce.py)
     num_layers: int = 11
@@ -519,7 +520,7 @@ class GPT(nn.Module):
         x0_lam = self.x0_lambdas.bfloat16().unbind(0)
         bigram_lam = self.bigram_lambdas.bfloat16().unbind(0)
         smear_lam, backout_lam, skip_lam = (self.scalars[self.SCALARS[k]] for k in ("smear", "backout", "skip"))
-        mlp = (partial(relu_square_mlp_fp8, blocks=cfg.fp8_mlp_blocks) if cfg.fp8_mlp
+        mlp = (partial(relu_square_mlp_fp8, blocks=cfg.fp8_mlp_blocks, dw=cfg.fp8_mlp_dw) if cfg.fp8_mlp
                else (lambda *a: relu_square_mlp_op(*a)[0])) if cfg.fused_mlp else relu_square_mlp_reference
         # Value-embedding table k is rows k*V.. of one parameter
         n_ve = len(cfg.value_embed_layers)
@@ -612,8 +613,8 @@ def model_config(hp: Hyperparameters, rt: Runtime) -> GPTConfig:
     return GPTConfig(vocab_size=round_up(hp.vocab_size, 128), model_dim=hp.model_dim, num_heads=hp.num_heads,
                      head_dim=hp.head_dim, max_tokens=max(hp.val_micro_batch_tokens, *hp.micro_batch_tokens),
                      attention=rt.attention.kernel, fp8_head=hp.fp8_head and cuda, fused_mlp=cuda, fp8_mlp=fast,
-                     fp8_mlp_blocks=fast and hp.model_dim % 128 == 0, fp8_qkv=fast, tanh_sigmoid=fast,
-                     loss_scale=1 / rt.grad_accum_steps)
+                     fp8_mlp_blocks=(blocks := fast and hp.model_dim % 128 == 0), fp8_mlp_dw=blocks, fp8_qkv=fast,
+                     tanh_sigmoid=fast, loss_scale=1 / rt.grad_accum_steps)
 
 
 def weight_shapes(hp: Hyperparameters) -> dict[str, tuple]:
@@ -783,11 +784,10 @@ class NorMuonAdam:
                 pattern = rule.matrix_lr_muls or (1.0,)
                 lr_muls = torch.tensor([pattern[i % len(pattern)] for i in range(shape[0])], device=p.device)
                 shape_mul = max(1.0, R / C) ** 0.5  # tall matrices get a larger step
-                self.state[name] = dict(
-                    momentum=torch.zeros(shard_shape, device=p.device),
-                    second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
-                    mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
-                    lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
+                self.state[name] = dict(momentum=torch.zeros(shard_shape, device=p.device),
+                                        second_moment=torch.zeros((n, R, 1) if R >= C else (n, 1, C), device=p.device),
+                                        mantissa=torch.zeros(shard_shape, dtype=torch.uint16, device=p.device),
+                                        lr_muls=(shape_mul * lr_muls[self.rank * n:(self.rank + 1) * n]).view(n, 1, 1))
         # the token tables' gradients travel from persistent buffers in the parameters' dtype, zero but in written rows
         self.wires = {name: torch.zeros_like(self.params[name]) for name in self.written_rows
                       if self.comms[name] == "reduce_scatter"}
@@ -1778,7 +1778,7 @@ def main(argv: list[str] | None = None) -> int:
             for line in [rt.attention.description, *(f"skipped {note}" for note in rt.attention.skipped)]:
                 log(f"attention: {line}")
             cfg, gpu = trainer.model.cfg, rt.device.type == "cuda"  # the numerics that ran
-            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}; "
+            log(f"FP8: LM head {cfg.fp8_head}, QKV {cfg.fp8_qkv}, MLP up {cfg.fp8_mlp}, MLP down and backward {cfg.fp8_mlp_blocks}, dW {cfg.fp8_mlp_dw}; "
                 f"CE sigmoid from tanh.approx: {cfg.tanh_sigmoid}; CUDA graphs: {hp.cuda_graphs}"
                 if gpu else "device cpu: the LM head is a bf16 matmul, kernels run their PyTorch references")
             emulated = f"emulated: rank {rt.rank}'s share in this one process; " if hp.emulate_world_size else ""

@@ -29,7 +29,8 @@ from triton.testing import do_bench
 
 from kernels.embedding import (embedding_grad_add_reference, embedding_grad_add_triton, round_flagged_rows_triton,
                                zero_flagged_rows_triton)
-from kernels.fp8_linear import fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_tensor, fp8_weight_blocks
+from kernels.fp8_linear import (E4M3, fp8_block_mm, fp8_linear_op, fp8_operands, fp8_rows, fp8_tensor,
+                                fp8_weight_blocks)
 from kernels.polar_express import (POLAR_EXPRESS_COEFFS, nesterov_scaled_reference, nesterov_scaled_triton,
                                    polar_express, polar_express_reference)
 from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_triton, syrk_config, xtx_reference,
@@ -37,8 +38,8 @@ from kernels.symmetric import (SyrkConfig, ba_plus_caa_reference, ba_plus_caa_tr
 from kernels.transpose import (TransposeConfig, transpose_add_reference, transpose_add_triton, transpose_config,
                                transpose_copy_reference, transpose_copy_triton)
 from kernels.relu_square import (MLPConfig, hopper_backward_applies, matmul_relu_square_triton, mlp_config,
-                                 relu_square_backward_hopper, relu_square_mlp, relu_square_mlp_fp8,
-                                 relu_square_mlp_reference)
+                                 relu_square_backward_hopper, relu_square_d_pre_op, relu_square_mlp,
+                                 relu_square_mlp_fp8, relu_square_mlp_reference)
 from kernels.softcapped_ce import CEConfig, ce_config, softcapped_ce_reference, softcapped_ce_triton
 
 
@@ -373,6 +374,24 @@ def bench_relu_square(peaks: Peaks):
                                     time_ms(lambda: matmul_relu_square_triton(g8, w_out8, post=post, scale=w_out_scale,
                                                                               row_scale=g_scale, fp8_out=True)),
                                     flops, "TFLOP/s", peaks.matmul_tflop_s))
+        t_mul = torch.tensor([448 / post.float().max().item(), 1.0], device=post.device)
+        rows.append(compare_row("  its postᵀ, d_preᵀ e4m3 for FP8 dW, no bf16 d_pre (torch: without)", shape,
+                                time_ms(lambda: relu_square_d_pre_op(grad_out, w_out, post, True, g8, g_scale, w_out8,
+                                                                     w_out_scale, t_mul)),
+                                time_ms(lambda: relu_square_d_pre_op(grad_out, w_out, post, True, g8, g_scale, w_out8,
+                                                                     w_out_scale)),
+                                flops, "TFLOP/s", peaks.matmul_tflop_s))
+        d_pre8, _, post_t8, d_pre_t8 = relu_square_d_pre_op(grad_out, w_out, post, True, g8, g_scale, w_out8,
+                                                            w_out_scale, t_mul)
+        grad_t8, x_t8, one = grad_out.to(E4M3).T.contiguous(), x.to(E4M3).T.contiguous(), t_mul.new_ones(())
+        d_pre = matmul_relu_square_triton(grad_out, w_out, post=post)
+        rows.append(compare_row("FP8 dW_out and dW_in, per-tensor scales (torch: bf16)", shape,
+                                time_ms(lambda: (torch._scaled_mm(post_t8, grad_t8.T, one, one, out_dtype=torch.bfloat16,
+                                                                  use_fast_accum=True),
+                                                 torch._scaled_mm(d_pre_t8, x_t8.T, one, one, out_dtype=torch.bfloat16,
+                                                                  use_fast_accum=True))),
+                                time_ms(lambda: (post.T @ grad_out, d_pre.T @ x)), 2 * flops, "TFLOP/s",
+                                peaks.matmul_tflop_s))
         d_pre, d_pre8, d_pre_scale = matmul_relu_square_triton(grad_out, w_out, post=post, fp8_out=True)
         w_blocks = fp8_weight_blocks(w_in.T)  # made outside the timing: training fuses it into the forward
         rows.append(compare_row("FP8 dx = d_pre w_in, block scales (torch: bf16)", shape,
@@ -395,6 +414,10 @@ def bench_relu_square(peaks: Peaks):
         rows.append(compare_row("  + down-projection and backward over block and row scales (torch: without)", shape,
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=True))),
                                 time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=False))),
+                                6 * flops, "TFLOP/s", peaks.matmul_tflop_s))
+        rows.append(compare_row("  + weight gradients, casts unfused (torch: without)", shape,
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=True, dw=True))),
+                                time_ms(lambda: forward_backward(partial(relu_square_mlp_fp8, blocks=True))),
                                 6 * flops, "TFLOP/s", peaks.matmul_tflop_s))
     print_table("relu_square, bf16 (torch: cuBLAS matmul, then relu and square as separate kernels)",
                 COMPARE_HEADERS, rows)

@@ -48,7 +48,7 @@ def generated_code(tokens: int = 128) -> list[str]:
     inductor_config.cpu_backend = "triton"
     cfg = tg.GPTConfig(vocab_size=256, model_dim=768, num_heads=6, head_dim=128, max_tokens=4 * tokens,
                        attention="varlen", fused_mlp=True, fp8_head=True, fp8_mlp=True, fp8_mlp_blocks=True,
-                       fp8_qkv=True)
+                       fp8_mlp_dw=True, fp8_qkv=True)
     torch.manual_seed(0)
     model = tg.GPT(cfg)
     mb, sched = batch_for(model, tokens)

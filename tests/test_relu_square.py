@@ -17,7 +17,7 @@ from kernels.relu_square import (HOPPER_TRITON, MLPConfig, hopper_backward_appli
                                  mlp_fp8_weights, relu_square_backward_hopper, relu_square_mlp, relu_square_mlp_fp8,
                                  relu_square_d_pre_op, relu_square_mlp_fp8_op, relu_square_mlp_op,
                                  relu_square_mlp_reference)
-from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close
+from tests.utils import DEVICE, GPU_ONLY, HAS_CUDA, assert_close, rel_error
 
 CPU_ONLY = pytest.mark.skipif(HAS_CUDA, reason="fp32 dots run as tf32 on the GPU: the CPU case checks exact math")
 # (T, D, hidden H)
@@ -65,7 +65,7 @@ def test_nan_in_the_input_reaches_its_row(fp8, poison_empty):
     x[4, 3] = float("nan")
     w_in, w_out = (torch.randn(2, 256, 128, device=DEVICE) / 11).to(dtype).unbind(0)
     out, post = (relu_square_mlp_fp8_op(x, w_in, w_out, *fp8_operands(x, w_in)) if fp8
-                 else relu_square_mlp_op(x, w_in, w_out))
+                 else relu_square_mlp_op(x, w_in, w_out))[:2]
     for name, t in [("post", post), ("output", out)]:
         assert t[4].isnan().all() and not t[[0, 1, 2, 3, 5, 6, 7, 8]].isnan().any(), f"NaN lost or spread in {name}"
 
@@ -140,6 +140,43 @@ def test_fp8_mlp_op_forward_backward(tokens, dim, hidden, blocks, dtype, poison_
     # the FP8 forward stays within e4m3's error of the bf16 MLP (3 mantissa bits on each operand)
     exact = relu_square_mlp_reference(x64, w_in, w_out)
     assert (out.double() - exact).norm() <= 0.1 * exact.norm(), "FP8 output far from the exact MLP"
+
+
+@pytest.mark.parametrize("tokens,dim,hidden", [(16, 128, 512), (144, 256, 1024),
+                                               pytest.param(1008, 768, 3072, marks=GPU_ONLY),
+                                               pytest.param(16384, 768, 3072, marks=GPU_ONLY)])
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+def test_fp8_weight_gradients(tokens, dim, hidden, dtype, poison_empty):
+    """dw (the trainer's --fp8_body on CUDA): the output and grad x bit for bit those without; grad w_in and w_out
+    from the FP8 products within FP8's error of the exact gradients of the same forward and e4m3 d_pre (fp64),
+    and nothing in e4m3 saved by the forward. x has RMS-normed rows, as the model's MLP input."""
+    x = torch.randn(tokens, dim, device=DEVICE)
+    x = (x / x.square().mean(1, keepdim=True).sqrt()).to(dtype)
+    bank = torch.stack([(torch.rand(hidden, dim, device=DEVICE) * 2 - 1) / dim**0.5,
+                        torch.randn(hidden, dim, device=DEVICE) / hidden**0.5]).to(dtype)
+    sizes = torch.exp2(torch.randint(-4, 4, (tokens, 1), device=DEVICE).float())  # gradients' rows differ in size
+    grad_out = (torch.randn(tokens, dim, device=DEVICE) * sizes).to(dtype)
+
+    def run(dw):
+        leaf, weights = x.clone().requires_grad_(), bank.clone().requires_grad_()
+        saved = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            out = relu_square_mlp_fp8(leaf, *weights.unbind(0), blocks=True, dw=dw)
+        assert all(t.element_size() > 1 for t in saved), f"the forward saved {[t.dtype for t in saved]}"
+        out.backward(grad_out)
+        return out.detach(), leaf.grad, weights.grad
+
+    (out, grad_x, grads_bf16), (out_dw, grad_x_dw, grads) = run(False), run(True)
+    assert torch.equal(out, out_dw) and torch.equal(grad_x, grad_x_dw), "dw changed the output or grad x"
+    x8, w8, scale = fp8_operands(x, bank[0])
+    pre = x8.double() @ (w8.double() * scale.double()).T
+    (g8, g_scale), (w_out8, w_out_scale) = fp8_rows(grad_out), fp8_tensor(bank[1])
+    d_pre = (g8.double() * g_scale.double()[:, None]) @ (w_out8.double() * w_out_scale.double()).T * 2 * pre.relu()
+    for name, got, bf16, exact in [("grad w_in", grads[0], grads_bf16[0], d_pre.T @ x.double()),
+                                   ("grad w_out", grads[1], grads_bf16[1], pre.relu().square().T @ grad_out.double())]:
+        assert got.dtype == dtype and torch.isfinite(got).all(), name
+        assert rel_error(got, exact) < 0.1, f"{name}: FP8 far from the exact gradient"
+        assert rel_error(got, exact) > rel_error(bf16, exact), f"{name}: not the FP8 product (as exact as 16 bits)"
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
@@ -259,15 +296,21 @@ def check_fp8_out(out, out8, out_scale, dtype):
     off = (out_scale.double() * 448 - amax).abs() > (eps + 2**-22) * amax + step
     assert not off[amax > 0].any(), "scales: not amax / 448"
     scale = out_scale.double().T.repeat_interleave(FP8_BLOCK, 1)
-    got, want = out8.double(), (d / scale).to(E4M3).double()
-    # which can move a value across an e4m3 rounding boundary: one e4m3 step (2^-3) either way, or fp16's step
-    tiny = step / scale
+    # which can move a value across an e4m3 rounding boundary: one e4m3 step either way, or fp16's step
+    assert_e4m3_near(out8, (d / scale).to(E4M3), step / scale, "e4m3 copy")
+
+
+def assert_e4m3_near(got, want, tiny, name):
+    """got (e4m3) within one e4m3 step (2^-3) of want (e4m3), or tiny (a 16-bit source's rounding step); no NaN."""
+    got, want = got.double(), want.double()
+
     def off(got):
         return (got - want).abs() > 2**-3 * want.abs() + 2**-9 + tiny
     bad = off(got)
     if not HAS_CUDA:  # the Triton interpreter drops the carry when rounding up to a power of two: 2^k becomes 2^(k-1)
         bad &= ~((got.abs().log2() == got.abs().log2().round()) & ~off(2 * got))
-    assert not bad.any(), f"e4m3 copy off at {bad.nonzero()[:3].tolist()}: {got[bad][:3]} against {want[bad][:3]}"
+    bad |= got.isnan()
+    assert not bad.any(), f"{name} off at {bad.nonzero()[:3].tolist()}: {got[bad][:3]} against {want[bad][:3]}"
 
 
 @pytest.mark.parametrize("tokens,hidden", FP8_OUT_SHAPES)
@@ -287,6 +330,39 @@ def test_forward_fp8_out(tokens, hidden, dtype, block_n, poison_empty):
     assert torch.equal(post, matmul_relu_square_triton(x8, w8, config=config, scale=scale, out_dtype=dtype)), \
         "post changed by fp8_out"
     check_fp8_out(post, post8, post_scale, dtype)
+
+
+# (T, H): the backward writing the weight gradients' K-major e4m3 copies; T a multiple of 16 (TMA's rows of the copies)
+TRANSPOSED_SHAPES = [(16, 128), (144, 384), (272, 256), pytest.param(16384, 3072, marks=GPU_ONLY)]
+
+
+def transposed_multipliers(post, d_pre):
+    """t_mul: post's exact scale; d_pre's halved, so that its largest entries saturate."""
+    return torch.tensor([448 / post.double().abs().max().item(), 2 * 448 / d_pre.double().abs().max().item()],
+                        device=DEVICE)
+
+
+@pytest.mark.parametrize("tokens,hidden", TRANSPOSED_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)])
+@pytest.mark.parametrize("block_n", [128, 256])
+def test_backward_transposed_copies(tokens, hidden, dtype, block_n, poison_empty):
+    """With t_mul the FP8 backward writes the (H, T) e4m3 copies (post · t_mul[0])ᵀ and (d_pre · t_mul[1])ᵀ, clamped
+    to ±448, in place of its 16-bit d_pre: its e4m3 d_pre and scales bit for bit those without, each copy within an
+    e4m3 step of the cast of its source (d_pre: the 16-bit one, rounded), values past 448 saturated."""
+    g8, g_scale, w8, w_scale, post = fp8_backward_inputs(tokens, 256, hidden, dtype)
+    args = dict(post=post, config=out8_config(hidden, block_n), scale=w_scale, row_scale=g_scale, out_dtype=dtype,
+                fp8_out=True)
+    d_pre, d_pre8, d_scale = matmul_relu_square_triton(g8, w8, **args)
+    t_mul = transposed_multipliers(post, d_pre)
+    got8, got_scale, post_t, d_pre_t = matmul_relu_square_triton(g8, w8, **args, t_mul=t_mul)
+    assert torch.equal(got8.view(torch.uint8), d_pre8.view(torch.uint8)) and torch.equal(got_scale, d_scale)
+    assert post_t.shape == d_pre_t.shape == (hidden, tokens) and post_t.dtype == d_pre_t.dtype == E4M3
+    step = {torch.float16: 2**-24, torch.bfloat16: 0.0}[dtype]
+    for name, copy, source, mul in [("postᵀ", post_t, post, t_mul[0]), ("d_preᵀ", d_pre_t, d_pre, t_mul[1])]:
+        mul = mul.item()
+        want = (source.double() * mul).clamp(-448, 448).T.to(E4M3)
+        assert_e4m3_near(copy, want, step * mul, name)
+    assert (d_pre_t.double().abs() == 448).any(), "d_pre's largest entries: not saturated"
 
 
 HOPPER_ONLY = pytest.mark.skipif(
@@ -315,6 +391,22 @@ def test_hopper_backward_is_the_triton_kernels(tokens, dim, hidden, dtype, poiso
 
 
 @HOPPER_ONLY
+@pytest.mark.parametrize("tokens,dim,hidden", [(16, 128, 128), (272, 208, 384), (1008, 768, 3072),
+                                               (16384, 768, 3072)])
+def test_hopper_backward_transposed_is_the_triton_kernels(tokens, dim, hidden, poison_empty):
+    """With t_mul, the warp-specialized backward's e4m3 d_pre, scales and transposed copies are bit for bit the Triton
+    kernel's; a partial last tile, K not a whole slice, saturated values."""
+    g8, g_scale, w8, w_scale, post = fp8_backward_inputs(tokens, dim, hidden, torch.bfloat16)
+    d_pre = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale)[0]
+    t_mul = transposed_multipliers(post, d_pre)
+    got = relu_square_backward_hopper(g8, w8, post, w_scale, g_scale, torch.bfloat16, t_mul)
+    want = matmul_relu_square_triton(g8, w8, post=post, config=MLPConfig(128, 128, 128, 2, 8), scale=w_scale,
+                                     row_scale=g_scale, fp8_out=True, t_mul=t_mul)
+    for name, a, b in zip(("e4m3 d_pre", "scales", "postᵀ", "d_preᵀ"), got, want):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name} differs from the Triton kernel's"
+
+
+@HOPPER_ONLY
 def test_hopper_backward_nan_stays_in_its_row(poison_empty):
     """A NaN in one gradient row makes that row of d_pre NaN and no other."""
     grad = torch.randn(260, 256, device=DEVICE).to(torch.bfloat16)
@@ -338,15 +430,17 @@ def test_hopper_backward_is_chosen_only_where_it_runs():
         assert not hopper_backward_applies(g8.to(torch.bfloat16), 128, True, torch.bfloat16)
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_d_pre_op_registration(fp8):
+@pytest.mark.parametrize("fp8,transposed", [(False, False), (True, False), (True, True)])
+def test_d_pre_op_registration(fp8, transposed):
     """The backward's custom op against its registration (schema, fake outputs' shapes and dtypes against the real
-    ones, torch.compile's dispatch), with and without the e4m3 copies: torch.compile trusts the fake."""
+    ones, torch.compile's dispatch), with and without the e4m3 copies and the transposed ones: torch.compile trusts
+    the fake."""
     dtype = torch.bfloat16 if HAS_CUDA else torch.float16
-    grad = torch.randn(132, 256, device=DEVICE).to(dtype)
+    grad = torch.randn(144, 256, device=DEVICE).to(dtype)
     w_out = (torch.randn(384, 256, device=DEVICE) / 11).to(dtype)
-    post = torch.rand(132, 384, device=DEVICE).square().to(dtype)
+    post = torch.rand(144, 384, device=DEVICE).square().to(dtype)
     fp8_grad = (*fp8_rows(grad), *fp8_tensor(w_out)) if fp8 else ()
+    t_mul = (torch.tensor([448.0, 30.0], device=DEVICE),) if transposed else ()
     # the schema check compares outputs by arithmetic that e4m3 tensors lack
     tests = ("test_faketensor", "test_aot_dispatch_dynamic") + (("test_schema",) if not fp8 else ())
-    torch.library.opcheck(relu_square_d_pre_op, (grad, w_out, post, fp8, *fp8_grad), test_utils=tests)
+    torch.library.opcheck(relu_square_d_pre_op, (grad, w_out, post, fp8, *fp8_grad, *t_mul), test_utils=tests)

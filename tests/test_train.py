@@ -338,8 +338,8 @@ def test_model_compiles_once_for_every_stage(attention):
     from torch._dynamo.backends.common import aot_autograd
     cuda = torch.cuda.is_available()
     cfg = tg.GPTConfig(vocab_size=256, model_dim=128, num_heads=2, head_dim=64, max_tokens=512, fused_mlp=True,
-                       fp8_head=cuda, fp8_mlp=True, fp8_mlp_blocks=True, fp8_qkv=True, tanh_sigmoid=cuda,
-                       attention=attention)
+                       fp8_head=cuda, fp8_mlp=True, fp8_mlp_blocks=True, fp8_mlp_dw=True, fp8_qkv=True,
+                       tanh_sigmoid=cuda, attention=attention)
     torch.manual_seed(0)
     model = tg.GPT(cfg).to("cuda" if cuda else "cpu")
     graphs = []

@@ -7,7 +7,8 @@ import torch
 
 from kernels.configs import SM90
 from kernels.transpose import (TRANSPOSE_CONFIGS, TransposeConfig, transpose_add, transpose_add_reference,
-                               transpose_add_triton, transpose_copy, transpose_copy_reference, transpose_copy_triton)
+                               transpose_add_triton, transpose_copy, transpose_copy_reference, transpose_copy_triton,
+                               transposed_op)
 from tests.utils import DEVICE, GPU_ONLY, assert_close
 
 
@@ -61,6 +62,18 @@ def test_transpose_copy_bytes(shape, dtype):
     out = transpose_copy_triton(src, dst)
     assert out is dst and out.dtype == dtype
     assert torch.equal(dst.view(torch.uint8), bits.T), "transpose_copy of bytes is not exact"
+
+
+@pytest.mark.parametrize("shape", [(48, 768), (1, 300), pytest.param((49152, 768), marks=GPU_ONLY, id="fp8_dw")])
+def test_transposed_op(shape):
+    """The op (the FP8 weight gradients' K-major operands under torch.compile): a new (N, M) tensor, bit for bit the
+    transpose of e4m3 src, under its registration (fake outputs, torch.compile's dispatch)."""
+    bits = torch.randint(0, 256, shape, dtype=torch.uint8, device=DEVICE)
+    out = transposed_op(bits.view(torch.float8_e4m3fn))
+    assert out.dtype == torch.float8_e4m3fn and out.is_contiguous() and torch.equal(out.view(torch.uint8), bits.T)
+    # (the compiled output is compared by value: no NaN bytes)
+    src = torch.randn(shape, device=DEVICE).to(torch.float8_e4m3fn)
+    torch.library.opcheck(transposed_op, (src,), test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, pytest.param(torch.bfloat16, marks=GPU_ONLY)], ids=str)

@@ -23,11 +23,7 @@ import torch
 from torch import Tensor
 
 from kernels.softcapped_ce import softcapped_ce, softcapped_ce_forward_reference
-from kernels.transpose import transpose_copy
-
-
-def transposed(t: Tensor) -> Tensor:
-    return transpose_copy(t, t.new_empty(t.shape[::-1]))
+from kernels.transpose import transposed
 
 
 @torch.library.custom_op("nanogpt::head_loss", mutates_args=())

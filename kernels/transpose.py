@@ -139,12 +139,17 @@ def transpose_add(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
     return transpose_add_triton(src, dst) if src.is_cuda else transpose_add_reference(src, dst)
 
 
+def transposed(t: torch.Tensor) -> torch.Tensor:
+    """tᵀ (N, M) as a new contiguous tensor (transpose_copy)."""
+    return transpose_copy(t, t.new_empty(t.shape[::-1]))
+
+
 @torch.library.custom_op("nanogpt::transposed", mutates_args=())
 def transposed_op(t: torch.Tensor) -> torch.Tensor:
     """tᵀ (N, M) as a new contiguous tensor, by transpose_copy, for code under torch.compile: Inductor's own transposed
     copy of the FP8 weight gradients' (T, 768) e4m3 operands, with the token count symbolic, cost more than the
     matmul it feeds saved (records/enwiki-124/2026-11-30_fp8-mlp-weight-gradients)."""
-    return transpose_copy(t, t.new_empty(t.shape[::-1]))
+    return transposed(t)
 
 
 @transposed_op.register_fake

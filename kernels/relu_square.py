@@ -64,8 +64,10 @@ def _relu_square_epilogue(acc, post, BACKWARD: tl.constexpr):
 
 @triton.jit
 def _e4m3_transposed(tile, multiplier):
-    """tileᵀ · multiplier in e4m3, clamped to ±448 (a GPU's cast saturates; the interpreter's and torch's would not)."""
-    return tl.trans(tl.minimum(tl.maximum(tile * multiplier, -448.0), 448.0)).to(tl.float8e4nv)
+    """tileᵀ · multiplier in e4m3, clamped to ±448 (a GPU's cast saturates; the interpreter's and torch's would not);
+    NaN stays NaN (a plain clamp would make it ±448, a finite wrong weight gradient)."""
+    t = tl.maximum(tile * multiplier, -448.0, propagate_nan=tl.PropagateNan.ALL)
+    return tl.trans(tl.minimum(t, 448.0, propagate_nan=tl.PropagateNan.ALL)).to(tl.float8e4nv)
 
 
 @triton.jit
@@ -303,7 +305,8 @@ def _hopper_consumer(a_bufs, b_bufs, ready, empty, turn, post_bufs, post_ready, 
 @gluon.jit
 def _e4m3_transposed_gl(tile, multiplier):
     """_e4m3_transposed of a register tile."""
-    return gl.permute(gl.minimum(gl.maximum(tile * multiplier, -448.0), 448.0).to(gl.float8e4nv), (1, 0))
+    t = gl.maximum(tile * multiplier, -448.0, propagate_nan=tl.PropagateNan.ALL)  # Gluon exports no PropagateNan
+    return gl.permute(gl.minimum(t, 448.0, propagate_nan=tl.PropagateNan.ALL).to(gl.float8e4nv), (1, 0))
 
 
 @gluon.jit

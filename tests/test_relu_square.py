@@ -417,6 +417,26 @@ def test_hopper_backward_nan_stays_in_its_row(poison_empty):
     assert d_pre[7].isnan().all() and not d_pre[torch.arange(260, device=DEVICE) != 7].isnan().any()
 
 
+@GPU_ONLY
+@pytest.mark.parametrize("hopper", [False, pytest.param(True, marks=HOPPER_ONLY)])
+def test_transposed_copies_keep_nan(hopper, poison_empty):
+    """A NaN in post or in a gradient row stays NaN in its transposed e4m3 copies, where a plain clamp to ±448 would
+    make it a finite, wrong weight gradient, and no other entry is NaN. (The interpreter's e4m3 cast turns NaN into
+    a number: GPU only.)"""
+    g8, g_scale, w8, w_scale, post = fp8_backward_inputs(272, 256, 384, torch.bfloat16)
+    args = dict(post=post, config=MLPConfig(128, 128, 128, 2, 8), scale=w_scale, row_scale=g_scale, fp8_out=True)
+    t_mul = transposed_multipliers(post, matmul_relu_square_triton(g8, w8, **args)[0])
+    post[3, 200] = float("nan")
+    g8[7, 5] = float("nan")
+    _, _, post_t, d_pre_t = (relu_square_backward_hopper(g8, w8, post, w_scale, g_scale, torch.bfloat16, t_mul)
+                             if hopper else matmul_relu_square_triton(g8, w8, **args, t_mul=t_mul))
+    want = torch.zeros(384, 272, dtype=torch.bool, device=DEVICE)
+    want[200, 3] = True  # post's NaN, and d_pre's there: d_pre = d_post · 2·sqrt(post)
+    assert torch.equal(post_t.float().isnan(), want), "postᵀ: NaN lost or spread"
+    want[:, 7] = True  # the gradient row's NaN reaches every entry of its d_pre row
+    assert torch.equal(d_pre_t.float().isnan(), want), "d_preᵀ: NaN lost or spread"
+
+
 def test_hopper_backward_is_chosen_only_where_it_runs():
     """The warp-specialized backward only for e4m3 CUDA operands on sm_90 with Triton 3.6, the e4m3 copy asked for, N
     in whole tiles and a 16-bit output; everything else keeps the Triton kernel."""

@@ -704,7 +704,8 @@ def test_ab_runs_is_valid_bash_and_its_help_is_the_header(tmp_path):
     (["project", "P0", "0", "--by", "590"], "error: --by counts from the part's start: run `tools/ab_runs.sh setup`"),
     (["project", "P0", "0", "--gpus", "a"], "error: --gpus a is not a list of GPU numbers"),
     (["reference", "ref1", "0"], "error: WORLD '0' is not a number of GPUs"),
-    (["reference", "ref1", "1", "--cache", "c"], "error: reference takes only --limit or --by"),
+    (["reference", "ref1", "1", "--cache", "c"], "error: reference takes only --gpus, --limit or --by"),
+    (["reference", "ref1", "2", "--gpus", "1"], "error: --gpus 1 does not name WORLD=2 GPUs"),
     (["reference", "ref1", "1"], "error: no "),
     (["setup", "--shards", "nowhere"], "error: no shards: nowhere holds no *.xz"),
     (["summary", "x"], "error: summary takes no arguments"),
@@ -743,6 +744,8 @@ def test_ab_runs_dry_run_prints_each_run_with_its_limit(tmp_path):
     r = ab_runs("--dry_run", "reference", "ref1", 2, "--limit", 585, out=tmp_path, REF_DIR=tmp_path)
     assert r.stdout == (f"ref1: timeout 585 env CUDA_VISIBLE_DEVICES=0,1 OUT={tmp_path}/ref1 bash "
                         f"{tmp_path}/run_reference.sh {tmp_path}/data 2 120 4 4194304\n"), r.stdout
+    r = ab_runs("--dry_run", "reference", "ref2", 1, "--gpus", "1", out=tmp_path, REF_DIR=tmp_path)
+    assert r.stdout.startswith("ref2: env CUDA_VISIBLE_DEVICES=1 OUT="), r.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run_reference.sh", "t0"]  # a dry run writes nothing
 
 

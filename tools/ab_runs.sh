@@ -19,9 +19,9 @@
 #       a cold start: as project, from a cache DIR that must be new or empty, stopped (SIGTERM) once its log
 #       says `startup:`; with --guard_every 1 (unless the flags give one), as ranks stop at an agreed check: the
 #       default 50 steps between checks trained ~20 s more per world-2 cold start.
-#   reference NAME WORLD [--limit S | --by S]
-#       the reference's proxy run on GPUs 0..WORLD-1 (REF_DIR/run_reference.sh, REF_DIR default
-#       .bench/reference, a copy of ../shared/reference): stdout OUT/NAME/stdout.txt, full log in OUT/NAME.
+#   reference NAME WORLD [--gpus LIST] [--limit S | --by S]
+#       the reference's proxy run on the WORLD GPUs LIST, default 0..WORLD-1 (REF_DIR/run_reference.sh, REF_DIR
+#       default .bench/reference, a copy of ../shared/reference): stdout OUT/NAME/stdout.txt, full log in OUT/NAME.
 #       From empty caches it compiles for 5-8 min before its first step (a whole world-1 run on an H200: 381 s,
 #       505 s as a freshly started machine's first run): give it a call's part of its own, run first, with --by 575.
 #   summary
@@ -208,9 +208,11 @@ cmd_reference() {
     [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "NAME '$name' may hold only letters, digits, '_', '.' and '-' (it names a folder)"
     [[ $world =~ ^[1-9][0-9]*$ ]] || die "WORLD '$world' is not a number of GPUs"
     parse_run_options "$@"
-    [[ $GPUS == 0 && -z $CACHE && ${#FLAGS[@]} == 0 ]] || die "reference takes only --limit or --by (its GPUs are 0..WORLD-1)"
+    [[ -z $CACHE && ${#FLAGS[@]} == 0 ]] || die "reference takes only --gpus, --limit or --by"
+    [[ " $* " == *" --gpus "* ]] || GPUS=$(seq -s, 0 $(( world - 1 )))
+    (( $(tr , '\n' <<< "$GPUS" | wc -l) == world )) || die "--gpus $GPUS does not name WORLD=$world GPUs"
     [ -f "$REF_DIR/run_reference.sh" ] || die "no $REF_DIR/run_reference.sh: copy ../shared/reference there, or set REF_DIR"
-    local run=(env CUDA_VISIBLE_DEVICES="$(seq -s, 0 $(( world - 1 )))" OUT="$OUT/$name"
+    local run=(env CUDA_VISIBLE_DEVICES="$GPUS" OUT="$OUT/$name"
                bash "$REF_DIR/run_reference.sh" "$DATA" "$world" "${REF_STEPS[@]}")
     (( DRY )) || mkdir -p "$OUT/$name"
     run_limited "$name" "$OUT/$name/stdout.txt" "${run[@]}"

@@ -172,10 +172,13 @@ def test_fp8_weight_gradients(tokens, dim, hidden, dtype, poison_empty):
     pre = x8.double() @ (w8.double() * scale.double()).T
     (g8, g_scale), (w_out8, w_out_scale) = fp8_rows(grad_out), fp8_tensor(bank[1])
     d_pre = (g8.double() * g_scale.double()[:, None]) @ (w_out8.double() * w_out_scale.double()).T * 2 * pre.relu()
+    # e4m3's 3 mantissa bits: ~5% on a GPU. The interpreter's e4m3 cast also halves the entries it rounds up to a power
+    # of two (assert_e4m3_near): on the CPU up to 0.15 in 300 draws of 16 tokens; a wrong scale or operand is ~1
+    tol = 0.1 if HAS_CUDA else 0.25
     for name, got, bf16, exact in [("grad w_in", grads[0], grads_bf16[0], d_pre.T @ x.double()),
                                    ("grad w_out", grads[1], grads_bf16[1], pre.relu().square().T @ grad_out.double())]:
         assert got.dtype == dtype and torch.isfinite(got).all(), name
-        assert rel_error(got, exact) < 0.1, f"{name}: FP8 far from the exact gradient"
+        assert rel_error(got, exact) < tol, f"{name}: FP8 far from the exact gradient"
         assert rel_error(got, exact) > rel_error(bf16, exact), f"{name}: not the FP8 product (as exact as 16 bits)"
 
 

@@ -24,6 +24,8 @@
 #       default .bench/reference, a copy of ../shared/reference): stdout OUT/NAME/stdout.txt, full log in OUT/NAME.
 #       From empty caches it compiles for 5-8 min before its first step (a whole world-1 run on an H200: 381 s,
 #       505 s as a freshly started machine's first run): give it a call's part of its own, run first, with --by 575.
+#       Beside other runs on the host's other GPUs it is not at its own speed (its stage 3 ran 10-35% slower beside
+#       the project's: records/enwiki-124/2026-11-30_vs-reference-world2-360b8d6): a line wants it alone.
 #   summary
 #       the start-up, ms/step by stage, val loss, summary and peak memory lines of OUT/logs/*.txt.
 #   --limit S   stop the run after S seconds

@@ -32,6 +32,7 @@ download = importlib.import_module("data.download")
 synthetic = importlib.import_module("data.synthetic")
 tokenize_text = importlib.import_module("data.tokenize_text")
 comm_ledger = importlib.import_module("tools.comm_ledger")
+gpu_clocks = importlib.import_module("tools.gpu_clocks")
 host_overhead = importlib.import_module("tools.host_overhead")
 plot = importlib.import_module("tools.plot")
 polar_express_rounding = importlib.import_module("tools.polar_express_rounding")
@@ -406,6 +407,35 @@ def test_trace_summary_reads_a_cpu_trace_and_an_xz_one(tmp_path, capsys):
     assert "GPU busy 0.1 ms/step" in capsys.readouterr().out
 
 
+CLOCKS_HEADER = ("timestamp, index, clocks.current.sm [MHz], power.draw [W], temperature.gpu, "
+                 "clocks_event_reasons.active, utilization.gpu [%]\n")
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"", ["x.gpus.csv: its first line is not nvidia-smi's header", "tools/ab_runs.sh writes"]),
+    (b"step,loss\n1,2\n", ["x.gpus.csv: its first line is not nvidia-smi's header"]),
+    (b"\xff\xfe\x00", ["x.gpus.csv: not text"]),
+], ids=["empty", "another_csv", "binary"])
+def test_gpu_clocks_refuses(tmp_path, capfd, content, words):
+    (tmp_path / "x.gpus.csv").write_bytes(content)
+    refused(capfd, gpu_clocks.main, [str(tmp_path / "x.gpus.csv")], tmp_path, words)
+    refused(capfd, gpu_clocks.main, [str(tmp_path / "none.gpus.csv")], tmp_path, ["none.gpus.csv", "check the path"])
+
+
+def test_gpu_clocks_reports_the_busy_gpus_medians(tmp_path, capsys):
+    """Medians over each GPU's busy samples only; an idle GPU, rows nvidia-smi could not fill and a line the run's end
+    cut are left out; the reasons' shares by bit."""
+    rows = ["t, 0, 1725, 693.0, 60, 0x4, 100", "t, 0, 1700, 690.0, 61, 0x24, 97", "t, 0, 1800, 700.0, 59, 0x0, 95",
+            "t, 0, 345, 80.0, 40, 0x1, 0", "t, 1, 345, 77.9, 33, 0x1, 0", "t, 0, [N/A], 690.0, 60, 0x4, 100",
+            "t, 0, 17"]
+    (tmp_path / "A0.gpus.csv").write_text(CLOCKS_HEADER + "\n".join(rows) + "\n")
+    (tmp_path / "B0.gpus.csv").write_text(CLOCKS_HEADER + rows[4] + "\n")
+    gpu_clocks.main([str(tmp_path / "A0.gpus.csv"), str(tmp_path / "B0.gpus.csv")])
+    assert capsys.readouterr().out.splitlines() == [
+        "A0 GPU 0: 1725 MHz, 693 W, 60 C over 3 busy samples; power cap 67%, slowdowns 33%",
+        "B0: no busy GPU samples"]
+
+
 def test_gpu_only_and_fixed_programs_refuse_arguments(tmp_path, capfd):
     for main in (host_overhead.main, polar_express_rounding.main):
         refused(capfd, main, ["--steps", "3"], tmp_path, ["unrecognized arguments: --steps 3"], status=2)
@@ -418,8 +448,8 @@ LONG = "p" * 10_000
 
 @pytest.mark.parametrize("program, argv", [
     (synthetic.main, ["--out", LONG]), (download.main, ["--out", LONG]), (plot.main, [LONG, "--out", "x.png"]),
-    (trace_summary.main, [LONG]), (comm_ledger.main, ["--json", LONG]), (replay.main, [LONG]),
-], ids=["synthetic", "download", "plot", "trace_summary", "comm_ledger", "replay"])
+    (trace_summary.main, [LONG]), (comm_ledger.main, ["--json", LONG]), (replay.main, [LONG]), (gpu_clocks.main, [LONG]),
+], ids=["synthetic", "download", "plot", "trace_summary", "comm_ledger", "replay", "gpu_clocks"])
 def test_a_10000_character_path_is_one_short_line(tmp_path, capfd, monkeypatch, program, argv):
     """The ground floor (harness/cli.shown) shows a long path by its ends and length, in every program."""
     monkeypatch.chdir(tmp_path)

@@ -761,10 +761,58 @@ def test_ab_runs_keeps_a_profiled_runs_trace_compressed(tmp_path):
     stub.chmod(0o755)
     out = tmp_path / "out"
     r = subprocess.run(["bash", str(script), "project", "PR1", "0"], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "OUT": str(out), "DATA": str(out / "data")})
+                       env={**os.environ, "OUT": str(out), "DATA": str(out / "data"),
+                            "PATH": f"{fake_nvidia_smi(tmp_path, 'exit 9')}:{os.environ['PATH']}"})
     assert r.returncode == 3 and r.stdout.startswith("PR1 rc=3 "), r.stdout + r.stderr
     assert sorted(p.name for p in (out / "logs").iterdir()) == ["PR1.console", "PR1_trace.json.xz"]
     assert json.loads(lzma.open(out / "logs" / "PR1_trace.json.xz").read()) == {"traceEvents": []}
+
+
+def fake_nvidia_smi(tmp_path, body: str) -> Path:
+    """A folder to put first on PATH whose nvidia-smi runs the shell code body (`exit 9`: no GPU here)."""
+    bin_dir = tmp_path / "fake_bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "nvidia-smi").write_text(f"#!/usr/bin/env bash\n{body}\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return bin_dir
+
+
+def test_ab_runs_samples_the_gpus_clocks_while_a_run_lasts(tmp_path):
+    """Each run leaves OUT/logs/RUN_ID.gpus.csv, nvidia-smi's samples taken while it ran; the sampler stops with the
+    run; with no samples (no GPU) no file. Here nvidia-smi and tools/enwiki-124.sh are stubs."""
+    (tmp_path / "tools").mkdir()
+    script = tmp_path / "tools" / "ab_runs.sh"
+    script.write_text(AB_RUNS.read_text())
+    stub = tmp_path / "tools" / "enwiki-124.sh"
+    stub.write_text("#!/usr/bin/env bash\nsleep 0.5\n")
+    stub.chmod(0o755)
+    pids = tmp_path / "sampler.pid"
+    rows = "timestamp, index, clocks.sm [MHz]\n2026/11/30 10:58:35.717, 0, 1725"
+    sampler = f'[[ " $* " == *" -lms "* ]] || exit 0\necho $$ >> {pids}\necho "{rows}"\nexec sleep 30'
+    for name, body, files in (("gpu", sampler, ["C1.console", "C1.gpus.csv"]), ("no_gpu", "exit 9", ["C1.console"])):
+        out = tmp_path / name
+        env = {**os.environ, "OUT": str(out), "DATA": str(out / "data"),
+               "PATH": f"{fake_nvidia_smi(tmp_path, body)}:{os.environ['PATH']}"}
+        r = subprocess.run(["bash", str(script), "project", "C1", "0"], capture_output=True, text=True, timeout=60,
+                           env=env)
+        assert r.returncode == 0 and r.stdout.startswith("C1 rc=0 "), r.stdout + r.stderr
+        assert sorted(p.name for p in (out / "logs").iterdir()) == files
+        if "C1.gpus.csv" in files:
+            assert (out / "logs" / "C1.gpus.csv").read_text() == rows + "\n"
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the sampler ended with its run
+
+
+def test_ab_runs_summary_adds_each_runs_gpu_clocks(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "W2.gpus.csv").write_text(
+        "timestamp, index, clocks.current.sm [MHz], power.draw [W], temperature.gpu, clocks_event_reasons.active, "
+        "utilization.gpu [%]\n2026/11/30 10:58:35.717, 0, 1725, 693.1, 60, 0x0000000000000004, 100\n")
+    r = ab_runs("summary", out=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"no logs in {tmp_path}/logs",
+                                     "W2 GPU 0: 1725 MHz, 693 W, 60 C over 1 busy samples; power cap 100%, slowdowns 0%"]
 
 
 def test_ab_runs_skips_a_run_with_no_time_left(tmp_path):

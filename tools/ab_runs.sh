@@ -27,7 +27,9 @@
 #       Beside other runs on the host's other GPUs it is not at its own speed (its stage 3 ran 10-35% slower beside
 #       the project's: records/enwiki-124/2026-11-30_vs-reference-world2-360b8d6): a line wants it alone.
 #   summary
-#       the start-up, ms/step by stage, val loss, summary and peak memory lines of OUT/logs/*.txt.
+#       the start-up, ms/step by stage, val loss, summary and peak memory lines of OUT/logs/*.txt, then each run's
+#       GPU clocks (tools/gpu_clocks.py): every run leaves OUT/logs/NAME.gpus.csv, nvidia-smi's samples of the GPUs'
+#       SM clock, power and temperature every 200 ms while it ran (an H200 at its power cap clocks lower when warmer).
 #   --limit S   stop the run after S seconds
 #   --by S      stop the run S seconds after the part's `setup` began (what is left of a call's time limit)
 #   --dry_run   print each command with its environment instead of running it
@@ -112,6 +114,22 @@ wall() {  # NAME RC START: the run's line in OUT/walls.txt, and on stdout
     echo "$1 rc=$2 wall=$(( $(now) - $3 ))s at=$(( $(now) - t0 ))s" | tee -a "$OUT/walls.txt"
 }
 
+# The GPUs' clocks while run NAME lasts, in OUT/logs/NAME.gpus.csv (none where nvidia-smi gave nothing)
+start_clocks() {
+    local reasons=clocks_event_reasons.active  # the older drivers' name: clocks_throttle_reasons.active
+    nvidia-smi --query-gpu=$reasons --format=csv,noheader > /dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+    CLOCKS_FILE=$OUT/logs/$1.gpus.csv
+    mkdir -p "$OUT/logs"
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,$reasons,utilization.gpu \
+        --format=csv,nounits -lms 200 > "$CLOCKS_FILE" 2> /dev/null &
+    CLOCKS_PID=$!
+}
+stop_clocks() {
+    kill "$CLOCKS_PID" 2> /dev/null
+    wait "$CLOCKS_PID" 2> /dev/null
+    [ -s "$CLOCKS_FILE" ] || rm -f "$CLOCKS_FILE"
+}
+
 # Runs "$@" (NAME first) within the limit, output to OUTPUT, then its wall line; its exit status is the run's.
 run_limited() {
     local name=$1 output=$2 start rc; shift 2
@@ -122,8 +140,10 @@ run_limited() {
     fi
     if (( DRY )); then echo "$name: $(words "${LIMITED[@]}" "$@")"; return 0; fi
     start=$(now)
+    start_clocks "$name"
     "${LIMITED[@]}" "$@" > "$output" 2>&1
     rc=$?
+    stop_clocks
     wall "$name" $rc "$start"
     return $rc
 }
@@ -194,12 +214,14 @@ cmd_project() {
     limited || { run_limited "$id" "$console"; return; }  # its line: no time left
     local start pid rc
     start=$(now)
+    start_clocks "$id"
     "${LIMITED[@]}" "${run[@]}" > "$console" 2>&1 &
     pid=$!  # timeout's, or (through env and enwiki-124.sh's exec) torchrun's: either passes SIGTERM on to the ranks
     until grep -q "^startup:" "$log" 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.5; done
     kill -TERM $pid 2>/dev/null
     wait $pid
     rc=$?
+    stop_clocks
     wall "$id" $rc "$start"
     grep -h "^startup:" "$log" 2>/dev/null || { echo "error: cold start $id ended without a startup: line; see $console" >&2; return 1; }
 }
@@ -225,6 +247,8 @@ cmd_summary() {
     # anchored: every log opens with the code that ran, whose lines hold these words too
     grep -H "^startup:\|^peak memory\|^ms/step by stage:\|^step:[0-9]*/[0-9]* val_loss:\|^summary: " "$OUT"/logs/*.txt \
         2>/dev/null || echo "no logs in $OUT/logs"
+    local clocks=("$OUT"/logs/*.gpus.csv)
+    [ ! -e "${clocks[0]}" ] || python3 "$ROOT/tools/gpu_clocks.py" "${clocks[@]}"
 }
 
 [[ ${1:-} == --dry_run ]] && { DRY=1; shift; }

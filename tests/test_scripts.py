@@ -7,7 +7,7 @@ makes it list a GPU, and torch's index is a closed local port. It runs as no vir
 without pip). Requirements a test needs unmet are fake package metadata on PYTHONPATH (an old torch) or a package
 the stub pip "installs" into .venv/; the scripts' copy has its own locks, which pin that package (STUB_LOCK). run.sh's steps are checked in a copy of the scripts with stub train_gpt.py /
 data scripts, mostly in its dry run (RUN_SH_DRY_RUN=1), and against the real train_gpt.py's --check.
-Also: tools/ab_runs.sh's usage, bad input and dry runs; every relative link in README.md, docs/*.md,
+Also: tools/ab_runs.sh's usage, bad input, dry runs and clock sampler; every relative link in README.md, docs/*.md,
 records/**/README.md and experiments/**/README.md resolves, and every flag README.md and docs/ name is a setting of
 train_gpt.py or an option of the program it is given to.
 
@@ -673,7 +673,7 @@ def test_test_sh_bad_argument_is_one_line(shim, args, message):
     assert proc.stdout.strip().startswith("no tests ran in") or not proc.stdout, proc.stdout  # pytest's summary at most
 
 
-# tools/ab_runs.sh: its usage, bad input and dry runs (nothing runs; no GPU)
+# tools/ab_runs.sh: its usage, bad input, dry runs and clock sampler (stub runs; no GPU)
 
 AB_RUNS = REPO / "tools" / "ab_runs.sh"
 

@@ -422,18 +422,21 @@ def test_gpu_clocks_refuses(tmp_path, capfd, content, words):
     refused(capfd, gpu_clocks.main, [str(tmp_path / "none.gpus.csv")], tmp_path, ["none.gpus.csv", "check the path"])
 
 
-def test_gpu_clocks_reports_the_busy_gpus_medians(tmp_path, capsys):
-    """Medians over each GPU's busy samples only; an idle GPU, rows nvidia-smi could not fill and a line the run's end
-    cut are left out; the reasons' shares by bit."""
+def test_gpu_clocks_reports_the_working_gpus_medians(tmp_path, capsys):
+    """Medians over each GPU's working samples only: busy and drawing at least half its highest power (a GPU waiting
+    in a collective reads 100% at idle power and full clock); an idle GPU, rows nvidia-smi could not fill and a line
+    the run's end cut are left out; the reasons' shares by bit."""
     rows = ["t, 0, 1725, 693.0, 60, 0x4, 100", "t, 0, 1700, 690.0, 61, 0x24, 97", "t, 0, 1800, 700.0, 59, 0x0, 95",
-            "t, 0, 345, 80.0, 40, 0x1, 0", "t, 1, 345, 77.9, 33, 0x1, 0", "t, 0, [N/A], 690.0, 60, 0x4, 100",
-            "t, 0, 17"]
+            "t, 0, 1980, 122.0, 38, 0x0, 100", "t, 0, 345, 80.0, 40, 0x1, 0", "t, 1, 345, 77.9, 33, 0x1, 0",
+            "t, 0, [N/A], 690.0, 60, 0x4, 100", "t, 0, 17"]
     (tmp_path / "A0.gpus.csv").write_text(CLOCKS_HEADER + "\n".join(rows) + "\n")
-    (tmp_path / "B0.gpus.csv").write_text(CLOCKS_HEADER + rows[4] + "\n")
-    gpu_clocks.main([str(tmp_path / "A0.gpus.csv"), str(tmp_path / "B0.gpus.csv")])
+    (tmp_path / "B0.gpus.csv").write_text(CLOCKS_HEADER + rows[5] + "\n")
+    (tmp_path / "C0.gpus.csv").write_text(CLOCKS_HEADER + rows[3] + "\n")
+    gpu_clocks.main([str(tmp_path / f"{run}.gpus.csv") for run in ("A0", "B0", "C0")])
     assert capsys.readouterr().out.splitlines() == [
-        "A0 GPU 0: 1725 MHz, 693 W, 60 C over 3 busy samples; power cap 67%, slowdowns 33%",
-        "B0: no busy GPU samples"]
+        "A0 GPU 0: 1725 MHz, 693 W, 60 C over 3 working samples; power cap 67%, slowdowns 33%",
+        "B0: no working GPU samples",
+        "C0 GPU 0: 1980 MHz, 122 W, 38 C over 1 working samples; power cap 0%, slowdowns 0%"]
 
 
 def test_gpu_only_and_fixed_programs_refuse_arguments(tmp_path, capfd):

@@ -812,7 +812,7 @@ def test_ab_runs_summary_adds_each_runs_gpu_clocks(tmp_path):
     r = ab_runs("summary", out=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"no logs in {tmp_path}/logs",
-                                     "W2 GPU 0: 1725 MHz, 693 W, 60 C over 1 busy samples; power cap 100%, slowdowns 0%"]
+                                     "W2 GPU 0: 1725 MHz, 693 W, 60 C over 1 working samples; power cap 100%, slowdowns 0%"]
 
 
 def test_ab_runs_skips_a_run_with_no_time_left(tmp_path):

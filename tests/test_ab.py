@@ -24,6 +24,7 @@ import os, signal, sys, time
 from pathlib import Path
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 STEP_MS, START_S, LOSS = {step_ms}, {start_s}, {loss}
+STALL_MS = 0  # added to step 2 of seed 1's run
 {body}
 cold = args["--run_id"].endswith("_cold")
 cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
@@ -39,7 +40,11 @@ if cold:
     sys.exit("the cold start was not stopped")
 seed = int(args["--seed"])
 ms = [STEP_MS + seed, 2 * STEP_MS + seed, 3 * STEP_MS + seed, 3 * STEP_MS + seed]
-log.write(f"step:12/12 val_loss:{{LOSS + seed / 100:.4f}} train_time:{{sum(ms) * 3}}ms step_avg:1ms\\n")
+log.write("config: num_scheduled_steps=9\\n")  # stages of 3 steps
+step_ms = [ms[(n - 1) // 3] + (STALL_MS if n == 2 and seed == 1 else 0) for n in range(1, 13)]
+for n in range(1, 13):
+    log.write(f"step:{{n}}/12 train_time:{{sum(step_ms[:n])}}ms step_avg:1ms\\n")
+log.write(f"step:12/12 val_loss:{{LOSS + seed / 100:.4f}} train_time:{{sum(step_ms)}}ms step_avg:1ms\\n")
 log.write("ms/step by stage: " + " ".join(f"{{i + 1}}:{{m:.1f}}" for i, m in enumerate(ms)) + "\\n")
 log.write("peak memory allocated: 33723 MiB reserved: 55208 MiB\\n")
 """
@@ -78,7 +83,8 @@ def test_alternates_stops_cold_starts_and_tabulates_medians(tmp_path, capsys, mo
     # the means beside the medians: train times 5.400, 5.424 s against 5.130, 5.154 s (Welch on the logs of the
     # means), val losses 3.86, 3.88 against 3.85, 3.87 (df 2, p = 2 * 0.5 (1 - t / sqrt(2 + t^2)) at t = 1/sqrt(2));
     # every cold start of a side took the same time here, and each seed's B run is 0.01 below its A run: no spread
-    assert report.endswith("train time B/A 0.9501; cold start B-A -10.0 s; val loss B-A -0.0100\n\n"
+    assert report.endswith("train time B/A 0.9501; cold start B-A -10.0 s; val loss B-A -0.0100\n"
+                           "stalls (steps over twice their stage's median): none\n\n"
                            "| B against A, means | estimate | 95% interval | df | p, either way |\n"
                            "| --- | --- | --- | --- | --- |\n"
                            "| train time B/A | 0.9501 | [0.9370, 0.9634] | 2.0 | 0.004 |\n"
@@ -87,6 +93,14 @@ def test_alternates_stops_cold_starts_and_tabulates_medians(tmp_path, capsys, mo
                            "| val loss B-A | -0.0100 | [-0.0708, +0.0508] | 2.0 | 0.55 |\n"
                            "| val loss B-A, seed by seed (paired t) | -0.0100 | not defined: no spread: every pair "
                            "differed by the same value |  |  |\n")
+
+
+def test_a_stalled_step_is_named(tmp_path):
+    """A full run's step over twice its stage's median is named under the medians, with what it cost."""
+    a, b = checkout(tmp_path / "a"), checkout(tmp_path / "b", body="STALL_MS = 500")
+    assert ab.main(["--a", str(a), "--b", str(b), "--out", str(tmp_path / "out"), "--cold", "0", "--seeds", "0,1"]) == 0
+    assert ("stalls (steps over twice their stage's median): 3_B_seed1 step 2 701 ms (its stage's median 201, "
+            "+0.50 s)\n") in (tmp_path / "out" / "ab.md").read_text()
 
 
 def test_the_means_with_their_intervals():

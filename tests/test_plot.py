@@ -120,3 +120,16 @@ def test_cli_without_matplotlib(logs, tmp_path):
     result = run_cli(logs[0], "--out", tmp_path / "plot.png", env=env)
     assert result.returncode != 0
     assert result.stderr == "error: tools/plot.py needs matplotlib: python3 -m pip install matplotlib\n"
+
+
+def test_stalls_by_stage():
+    """Each step's time against its own stage's median (stages end at thirds of the scheduled steps, then the
+    extension); steps whose predecessor has no line are not timed; over `factor` times the median counts."""
+    # 9 scheduled steps and 2 more: stages end at 3, 6, 9, 11; 10 ms a step in stage 1, 40 in stage 2, ...
+    step_ms = [10, 10, 10, 40, 70, 40, 30, 30, 30, 25, 20]
+    train_ms = {n: float(sum(step_ms[:n])) for n in range(12)}
+    assert plot.stalls(train_ms, 9) == []  # stage 2's 70 ms is not over twice its median (40)
+    assert plot.stalls(train_ms, 9, factor=1.5) == [(5, 70.0, 40.0)]
+    late = {n: t + (100 if n >= 8 else 0) for n, t in train_ms.items()}  # step 8 takes 130 ms
+    assert plot.stalls(late, 9) == [(8, 130.0, 30.0)]
+    assert plot.stalls({0: 0.0, 2: 50.0, 4: 900.0}, 9) == []  # no two consecutive step lines: nothing timed

@@ -18,9 +18,10 @@ REFERENCE = "\n".join(["step:0/8 val_loss:10.9000 train_time:0ms step_avg:0.01ms
                       + ["step:8/8 val_loss:4.0000 train_time:2500ms step_avg:1.00ms"]) + "\n"
 
 
-def project_log(seed, fp8_body, train_ms, loss, startup=20.0, total=8, world=1, peak=1000):
+def project_log(seed, fp8_body, train_ms, loss, startup=20.0, total=8, world=1, peak=1000, scheduled=6):
     return (f"    # a line of the trainer's source: step:8/8 val_loss:9.9999 train_time:1ms\n"
-            f"config: train_files='x', num_scheduled_steps=6, num_extension_steps={total - 6}, fp8_head=True, "
+            f"config: train_files='x', num_scheduled_steps={scheduled}, num_extension_steps={total - scheduled}, "
+            "fp8_head=True, "
             f"fp8_body={fp8_body}, seed={seed}, run_id='r{seed}', emulate_world_size=0\n"
             f"world: {world} (gradient accumulation {8 // world})\n"
             f"startup: {startup}s from process start to the first timed step\n"
@@ -150,6 +151,22 @@ def test_cold_starts_median(logs, capsys):
     out = capsys.readouterr().out.splitlines()
     assert " start_s=55.0 " in out[-1] and "cold starts: 55.0, 71.0, 47.5 s; median 55.0 s" in out
     assert "| cold start (c1.txt) | | | | 71.0 s | |" in out
+
+
+def test_a_stalled_step_is_named(logs, capsys):
+    """A step over twice its stage's median, in any run, is named with what it cost; none in the fixture's logs."""
+    assert vs_reference.main(argv(logs)) == 0
+    assert "stalls (steps over twice their stage's median): none" in capsys.readouterr().out.splitlines()
+    # 9 scheduled steps and 2 more (stages of 3); the reference's every step 100 ms, but its step 2 took 500
+    for name, text in {"p0": project_log(0, True, 900, 3.9, total=11, scheduled=9),
+                       "e0": project_log(0, False, 1000, 3.9, total=11, scheduled=9)}.items():
+        (logs / f"{name}.txt").write_text(text)
+    ms = {n: 100 * n + (400 if n >= 2 else 0) for n in range(12)}
+    (logs / "ref.txt").write_text("".join(f"step:{n}/11 train_time:{t}ms step_avg:1.00ms\n" for n, t in ms.items())
+                                  + "step:11/11 val_loss:4.0000 train_time:1500ms step_avg:1.00ms\n")
+    assert vs_reference.main(argv(logs, fp8=("p0",), exact=("e0",))) == 0
+    assert ("stalls (steps over twice their stage's median): ref.txt step 2 500 ms (its stage's median 100, +0.40 s)"
+            in capsys.readouterr().out.splitlines())
 
 
 @pytest.mark.parametrize("case,words", [

@@ -32,14 +32,14 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root
 from harness import cli  # noqa: E402
 from harness.cli import UserError  # noqa: E402
 from tools import stats  # noqa: E402
-from tools.plot import parse_log  # noqa: E402
+from tools.plot import parse_log, stall_line  # noqa: E402
 
 OWN_FLAGS = ("--seed", "--log_dir", "--run_id")  # set per run by this tool
 STARTUP = re.compile(r"^startup: ([\d.]+)s", re.M)
@@ -61,6 +61,8 @@ class Run:
     train_s: float | None = None
     val_loss: float | None = None
     peak_mib: int | None = None
+    train_ms: dict = field(default_factory=dict)  # step -> train time after it (ms), for the stalls line
+    scheduled_steps: int | None = None  # from the log's config line
 
 
 def plan(cold: int, seeds: list[int], caches: Path) -> list[Run]:
@@ -143,6 +145,7 @@ def execute(cmd: list[str], run: Run, out: Path, timeout: float):
         if not parsed.val:
             raise UserError(f"{log}: no final validation line; its output: {console_path}")
         run.stage_ms, (_, run.train_s, run.val_loss) = tuple(parsed.stage_ms), parsed.val[-1]
+        run.train_ms, run.scheduled_steps = parsed.train_ms, parsed.scheduled_steps
         run.peak_mib = int(m[1]) if (m := PEAK.search(text)) else None
 
 
@@ -176,7 +179,9 @@ def table(runs: list[Run], a: Path, b: Path) -> str:
     start = (f"cold start B-A {median(cold['B']) - median(cold['A']):+.1f} s" if cold["A"] and cold["B"] else
              "cold start B-A: no cold starts")
     diff = f"val loss B-A {median(loss['B']) - median(loss['A']):+.4f}" if loss["A"] and loss["B"] else ""
-    lines += ["", "; ".join(x for x in (ratio, start, diff) if x), "",
+    lines += ["", "; ".join(x for x in (ratio, start, diff) if x),
+              stall_line([(r.name, r.train_ms, r.scheduled_steps) for r in full["A"] + full["B"] if r.scheduled_steps]),
+              "",
               "| B against A, means | estimate | 95% interval | df | p, either way |",
               "| --- | --- | --- | --- | --- |"]
     comparisons = [(name, compare(values["A"], values["B"]), spec) for name, compare, spec, values in (

@@ -12,8 +12,9 @@ S comes from the log's `config:` line, else from --scheduled_steps. Each run is 
 `config:` line), else by its file name, shortened to 8 characters when it is train_gpt.py's default uuid.
 """
 import re
+import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the repository root, for harness/
@@ -53,6 +54,8 @@ class Run:
     train: list[tuple[float, float]]  # (train time in s, training loss) of each step line that has one
     stage_ms: list[float]  # ms/step of stage 1, 2, 3 and the extension, as far as the log got
     run_id: str = ""  # from the config line; "" for a log without one
+    train_ms: dict[int, float] = field(default_factory=dict)  # step n -> train time after it (ms), from step lines
+    scheduled_steps: int | None = None  # from the config line (or as given); None where neither said
 
 
 def parse_log(path, scheduled_steps: int | None = None) -> Run:
@@ -92,7 +95,7 @@ def parse_log(path, scheduled_steps: int | None = None) -> Run:
         stage_ms = stages_from_steps(train_ms, scheduled_steps, total, path)
     if not (val or train or stage_ms):
         raise UserError(f"{path}: no validation, training loss or whole stage to plot yet; is the run still starting?")
-    return Run(val, train, stage_ms, run_id)
+    return Run(val, train, stage_ms, run_id, train_ms, scheduled_steps)
 
 
 def _loss(text: str, where: str) -> float:
@@ -111,9 +114,14 @@ def label(path, run: Run) -> str:
     return stem[:8] if UUID.fullmatch(stem) else stem
 
 
+def stage_bounds(S: int, total: int) -> list[int]:
+    """The steps where train_gpt.py's stages end (thirds of the S scheduled steps, then the extension), after 0."""
+    return [0, round(S / 3), round(2 * S / 3), S] + ([total] if total > S else [])
+
+
 def stages_from_steps(train_ms: dict[int, float], S: int, total: int, path) -> list[float]:
     """ms/step per stage from train_ms[n], the train time after n steps; stops at the first stage the log lacks."""
-    bounds = [0, round(S / 3), round(2 * S / 3), S] + ([total] if total > S else [])
+    bounds = stage_bounds(S, total)
     stage_ms = []
     for lo, hi in zip(bounds, bounds[1:]):
         if hi not in train_ms:  # log cut short (a crash, or a run still going)
@@ -123,6 +131,29 @@ def stages_from_steps(train_ms: dict[int, float], S: int, total: int, path) -> l
                             "in one log, or the wrong --scheduled_steps?")
         stage_ms.append((train_ms[hi] - train_ms[lo]) / (hi - lo))
     return stage_ms
+
+
+def stalls(train_ms: dict[int, float], S: int, factor: float = 2.0) -> list[tuple[int, float, float]]:
+    """(step, its ms, its stage's median step ms) of each step that took over `factor` times its stage's median:
+    a stall (a host hiccup, a late compile or capture) that a train time counts and a ratio should be read with."""
+    steps = sorted(n for n in train_ms if n - 1 in train_ms)
+    bounds = stage_bounds(S, max(steps, default=0))
+    found = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        ms = {n: train_ms[n] - train_ms[n - 1] for n in steps if lo < n <= hi}
+        if ms:
+            median = statistics.median(ms.values())
+            found += [(n, t, median) for n, t in ms.items() if t > factor * median]
+    return found
+
+
+def stall_line(runs: list[tuple[str, dict[int, float], int]]) -> str:
+    """One line naming every stall of the runs, each (name, train_ms, scheduled steps), with what it cost (the
+    reference's step 2 once took 482 ms against 168, 1.1% of a world-2 line:
+    records/enwiki-124/2026-11-30_vs-reference-world2-a39cf15)."""
+    found = [f"{name} step {n} {ms:.0f} ms (its stage's median {median:.0f}, +{(ms - median) / 1000:.2f} s)"
+             for name, train_ms, S in runs for n, ms, median in stalls(train_ms, S)]
+    return "stalls (steps over twice their stage's median): " + ("; ".join(found) if found else "none")
 
 
 def startup_phases(path) -> list[float]:

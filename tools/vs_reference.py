@@ -10,8 +10,9 @@ median of their start-ups is the line's start_s; they may be --fp8 runs, or runs
 began); --device the machine's kind (e.g. nvidia-h100-x1); --proj_s the 8xH100 train time tools/project_8gpu.py
 projected for this code (its `project ... s (projected)` line), else the line says `proj_s=-`. The reference's logs
 (one run or several) are modded-nanogpt's console output; its stages come from its step lines, with the project's
-number of scheduled steps. Times are train times without validation (each log's last val line). Prints to stdout;
-writes nothing.
+number of scheduled steps. Times are train times without validation (each log's last val line); a step that took over
+twice its stage's median, in any run, is named on the `stalls` line with what it cost (a ratio counts it). Prints to
+stdout; writes nothing.
 
 The `ab:` line, its fields in this order, each `name=value` without spaces:
   ratio             the --fp8 runs' median train time over the reference's (its median, with several runs)
@@ -51,7 +52,7 @@ from harness import cli  # noqa: E402
 from harness.cli import UserError  # noqa: E402
 from tools import stats  # noqa: E402
 from tools.ab import PEAK, STARTUP  # noqa: E402
-from tools.plot import parse_log  # noqa: E402
+from tools.plot import parse_log, stall_line  # noqa: E402
 
 CONFIG = re.compile(r"^config: (.*)$", re.M)
 SETTING = re.compile(r"\b(\w+)=('[^']*'|\S+?)(?:,|$)")
@@ -95,7 +96,7 @@ def project_run(path: Path, fp8: bool, world_given: int | None = None) -> dict:
                         "run finish on a GPU?")
     step, train_s, loss = parsed.val[-1]
     return dict(path=path, seed=int(config["seed"]), steps=(int(config["num_scheduled_steps"]), step),
-                world=world, train_s=train_s, loss=loss, stage_ms=parsed.stage_ms,
+                world=world, train_s=train_s, loss=loss, stage_ms=parsed.stage_ms, train_ms=parsed.train_ms,
                 fp8_head=config.get("fp8_head") == "True",
                 startup_s=float(m[1]) if (m := STARTUP.search(text)) else None, peak_mib=int(peak[1]))
 
@@ -136,7 +137,7 @@ def reference_run(path: Path, scheduled: int, total: int) -> dict:
     if not ref.val or ref.val[-1][0] != total or len(ref.stage_ms) < 3:
         raise UserError(f"{path}: its last validation is not at step {total} (the project's last) with three stages "
                         "before it; did it run the same schedule to the end?")
-    return dict(path=path, train_s=ref.val[-1][1], loss=ref.val[-1][2], stage_ms=ref.stage_ms,
+    return dict(path=path, train_s=ref.val[-1][1], loss=ref.val[-1][2], stage_ms=ref.stage_ms, train_ms=ref.train_ms,
                 peak_mib=int(m[1]) if (m := PEAK.search(path.read_text(errors="replace"))) else None)
 
 
@@ -216,7 +217,8 @@ def main(argv=None):
                   + ("" if pairs.undefined else f"; one-sided p for a higher FP8 loss: {pairs.p_higher:.2g}")),
               *(f"train time, {name} mean / reference mean: {interval(c, '.4f', method)}"
                 for name, c in time_ratio.items()),
-              f"cold starts: {', '.join(format(c['startup_s'], '.1f') for c in colds)} s; median {start_s:.1f} s", "",
+              f"cold starts: {', '.join(format(c['startup_s'], '.1f') for c in colds)} s; median {start_s:.1f} s",
+              stall_line([(r["path"].name, r["train_ms"], scheduled) for r in refs + fp8 + exact]), "",
               f"ab: ratio={med_fp8['train_s'] / reference['train_s']:.4f} world={world} "
               f"reference_s={reference['train_s']:.2f} project_s={med_fp8['train_s']:.2f} "
               f"reference_loss={reference['loss']:.4f} project_loss={med_fp8['loss']:.4f} "

@@ -61,7 +61,7 @@ class Run:
     train_s: float | None = None
     val_loss: float | None = None
     peak_mib: int | None = None
-    train_ms: dict = field(default_factory=dict)  # step -> train time after it (ms), for the stalls line
+    train_ms: dict[int, float] = field(default_factory=dict)  # step -> train time after it (ms): the stalls line
     scheduled_steps: int | None = None  # from the log's config line
 
 
